@@ -1,0 +1,132 @@
+// Package auth holds API tokens: their scopes, secrets and hashes, and the
+// in-memory set that authenticates requests without touching SQL.
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Scope says what a token may do.
+type Scope string
+
+// The scopes of tokens.
+const (
+	// Admin may do everything.
+	Admin Scope = "admin"
+	// Support manages overrides, resets buckets and reads limits.
+	Support Scope = "support"
+	// Decide asks for decisions and reads limits.
+	Decide Scope = "decide"
+)
+
+// Valid reports whether s is one of the scopes.
+func (s Scope) Valid() bool { return s == Admin || s == Support || s == Decide }
+
+// Allows reports whether a token of scope s may use a route open to the
+// scopes given; admin may use every route.
+func (s Scope) Allows(scopes ...Scope) bool {
+	if s == Admin {
+		return true
+	}
+	for _, o := range scopes {
+		if s == o {
+			return true
+		}
+	}
+	return false
+}
+
+// Token is an API token as stored: its secret is known only by its hash.
+type Token struct {
+	ID    string
+	Name  string
+	Scope Scope
+	// Hash is the hex SHA-256 of the secret.
+	Hash      string
+	CreatedAt time.Time
+	// RevokedAt is zero while the token works.
+	RevokedAt time.Time
+}
+
+// secretPrefix makes leaked tokens easy to recognise in logs and scanners.
+const secretPrefix = "rlt_"
+
+// NewSecret returns a fresh random secret and its hash. The secret is shown
+// once, at creation; only the hash is stored. A 256-bit secret needs no salt
+// or slow hash: it cannot be guessed, only stolen.
+func NewSecret() (secret, hash string) {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	secret = secretPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, Hash(secret)
+}
+
+// Hash returns the hex SHA-256 of a secret.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// NameProblem returns why name cannot name a token, or "" when it can.
+// Names appear in audit entries as the actor.
+func NameProblem(name string) string {
+	switch {
+	case name == "":
+		return "must not be empty"
+	case len(name) > 64:
+		return "must be at most 64 bytes"
+	case !utf8.ValidString(name):
+		return "must be valid UTF-8"
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return "must not contain control characters"
+		}
+	}
+	return ""
+}
+
+// Principal is who made a request.
+type Principal struct {
+	// Name is the token's name, recorded as the actor of changes.
+	Name  string
+	Scope Scope
+}
+
+// Set authenticates secrets against a fixed collection of tokens. It is
+// immutable; the loader replaces it when tokens change.
+type Set struct {
+	byHash    map[string]Principal
+	bootstrap string
+}
+
+// NewSet returns the set of the tokens that are not revoked, plus the
+// bootstrap secret as an admin token named "bootstrap" when it is not empty.
+func NewSet(tokens []Token, bootstrap string) *Set {
+	s := &Set{byHash: make(map[string]Principal, len(tokens)), bootstrap: bootstrap}
+	for _, t := range tokens {
+		if t.RevokedAt.IsZero() {
+			s.byHash[t.Hash] = Principal{Name: t.Name, Scope: t.Scope}
+		}
+	}
+	return s
+}
+
+// Authenticate returns the principal of a secret.
+func (s *Set) Authenticate(secret string) (Principal, bool) {
+	if s.bootstrap != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(s.bootstrap)) == 1 {
+		return Principal{Name: "bootstrap", Scope: Admin}, true
+	}
+	p, ok := s.byHash[Hash(secret)]
+	return p, ok
+}
+
+// Len is the number of working tokens, the bootstrap token excluded.
+func (s *Set) Len() int { return len(s.byHash) }

@@ -1,0 +1,392 @@
+package limiter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxBatch is the largest number of buckets in one decision.
+const MaxBatch = 100
+
+// ErrNoSnapshot reports a decision asked for before the first snapshot was
+// loaded.
+var ErrNoSnapshot = fmt.Errorf("no snapshot of limits loaded yet: %w", ErrUnavailable)
+
+// Request asks for a decision on one bucket.
+type Request struct {
+	Limit    string
+	BucketID string
+	// Cost is the number of tokens; 0 inspects the bucket.
+	Cost int64
+}
+
+// Decision is the answer for one bucket of a batch. In a spend that is
+// denied as a whole, each decision is what its bucket alone would answer;
+// nothing is spent.
+type Decision struct {
+	Limit string
+	// BucketID is the canonical id.
+	BucketID string
+	Outcome
+	// Params are the parameters in force: the override's or the defaults.
+	// An unlimited bucket reports its limit's defaults and a full bucket.
+	Params Params
+	Source Source
+	// Shadow decisions never deny the batch.
+	Shadow bool
+}
+
+// Result is the answer for a batch.
+type Result struct {
+	// Allowed is true when no bucket outside shadow limits is denied.
+	Allowed bool
+	// RetryAfter is zero when allowed, Never when a denied bucket can never
+	// succeed, else the longest retry-after of the denied buckets.
+	RetryAfter time.Duration
+	// ResetAfter is the longest reset-after of the buckets outside shadow
+	// limits.
+	ResetAfter time.Duration
+	// Degraded reports that the store failed and the answer was given
+	// without it, by the fail-open policy.
+	Degraded bool
+	// Decisions are in the order of the requests.
+	Decisions []Decision
+}
+
+// Config configures a Limiter.
+type Config struct {
+	Store Store
+	// Now reads the clock; time.Now when nil.
+	Now func() time.Time
+	// FailOpen answers allowed and degraded when the store fails, instead
+	// of returning ErrUnavailable.
+	FailOpen bool
+	// DeniedCacheSize bounds the local cache of empty buckets; 0 disables it.
+	DeniedCacheSize int
+	// Logger receives the store's changes between failing and answering;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Stats are the Limiter's counters since it started.
+type Stats struct {
+	StoreErrors    uint64
+	DeniedCacheHit uint64
+}
+
+// Limiter answers batches of decisions from the current snapshot and the
+// store. It is safe for concurrent use.
+type Limiter struct {
+	store    Store
+	now      func() time.Time
+	failOpen bool
+	log      *slog.Logger
+	snap     atomic.Pointer[Snapshot]
+	denied   *deniedCache
+	scratch  sync.Pool
+
+	storeDown   atomic.Bool
+	storeErrors atomic.Uint64
+}
+
+// New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot
+// until SetSnapshot is called.
+func New(cfg Config) *Limiter {
+	l := &Limiter{store: cfg.Store, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	if cfg.DeniedCacheSize > 0 {
+		l.denied = newDeniedCache(cfg.DeniedCacheSize)
+	}
+	l.scratch.New = func() any { return &scratch{} }
+	return l
+}
+
+// SetSnapshot makes s the snapshot of every later decision.
+func (l *Limiter) SetSnapshot(s *Snapshot) { l.snap.Store(s) }
+
+// Snapshot returns the current snapshot, nil before the first.
+func (l *Limiter) Snapshot() *Snapshot { return l.snap.Load() }
+
+// Ping reports whether the store answers.
+func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
+
+// Stats returns the counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{StoreErrors: l.storeErrors.Load()}
+	if l.denied != nil {
+		s.DeniedCacheHit = l.denied.hits.Load()
+	}
+	return s
+}
+
+// scratch is the per-call working memory, pooled so that a decision
+// allocates nothing but its answer.
+type scratch struct {
+	batch []Bucket
+	// buf holds the bucket keys of the requests, one after the other;
+	// request i's key ends at ends[i] (empty when it did not resolve).
+	buf  []byte
+	ends []int
+	// pos[i] is the index in batch of request i, or -1 when its decision
+	// was made without the store.
+	pos []int
+}
+
+func (sc *scratch) reset() {
+	sc.batch, sc.buf, sc.ends, sc.pos = sc.batch[:0], sc.buf[:0], sc.ends[:0], sc.pos[:0]
+}
+
+// key returns the key of request i.
+func (sc *scratch) key(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = sc.ends[i-1]
+	}
+	return sc.buf[start:sc.ends[i]]
+}
+
+// Decide answers a batch of 1 to MaxBatch requests. The decisions are
+// appended to dst[:0], so that a caller answering many requests can reuse
+// one slice; dst may be nil. Invalid requests give a *ValidationError
+// naming every bad field; a failing store gives an error wrapping
+// ErrUnavailable, unless the Limiter fails open.
+func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decision) (Result, error) {
+	if op != Check && op != Spend && op != Refund {
+		return Result{}, fmt.Errorf("unknown operation %d", op)
+	}
+	snap := l.snap.Load()
+	if snap == nil {
+		return Result{}, ErrNoSnapshot
+	}
+	now := l.now()
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	sc.reset()
+
+	decisions := slices.Grow(dst[:0], len(reqs))[:len(reqs)]
+	clear(decisions)
+	localDenial, err := l.resolve(snap, op, reqs, now, decisions, sc)
+	if err != nil {
+		return Result{}, err
+	}
+	// A spend that a bucket decided here already denies spends nothing, so
+	// the store is only read.
+	storeOp := op
+	if op == Spend && localDenial {
+		storeOp = Check
+	}
+	if len(sc.batch) > 0 {
+		if err := l.callStore(ctx, storeOp, now, sc.batch); err != nil {
+			return l.storeFailed(decisions, sc.pos, err)
+		}
+	}
+	nowUS := now.UnixMicro()
+	for i, p := range sc.pos {
+		if p < 0 {
+			continue
+		}
+		b := &sc.batch[p]
+		if op == Refund {
+			_, decisions[i].Outcome = RefundStep(b.TAT, nowUS, b.Rate, b.Cost)
+		} else {
+			_, decisions[i].Outcome = SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
+		}
+	}
+	res := summarize(decisions)
+	l.updateDenied(op, res.Allowed && storeOp == Spend, nowUS, sc.batch)
+	return res, nil
+}
+
+// updateDenied tells the denied cache what the store said. A bucket's TAT
+// after the call is what the store read, or the step's new TAT when a
+// spend was committed.
+func (l *Limiter) updateDenied(op Op, committed bool, nowUS int64, batch []Bucket) {
+	if l.denied == nil {
+		return
+	}
+	for i := range batch {
+		b := &batch[i]
+		if op == Refund {
+			l.denied.forget(b.Key)
+			continue
+		}
+		tat := b.TAT
+		if committed {
+			tat, _ = SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
+		}
+		l.denied.remember(b.Key, tat, nowUS, b.Rate)
+	}
+}
+
+func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket) error {
+	var err error
+	switch op {
+	case Spend:
+		err = l.store.Spend(ctx, now, batch)
+	case Refund:
+		err = l.store.Refund(ctx, now, batch)
+	default:
+		err = l.store.Read(ctx, batch)
+	}
+	if err != nil {
+		l.storeErrors.Add(1)
+		if !l.storeDown.Swap(true) {
+			l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
+		}
+		return err
+	}
+	if l.storeDown.Load() && l.storeDown.Swap(false) {
+		l.log.Info("store answers again")
+	}
+	return nil
+}
+
+// storeFailed applies the fail mode. Failing open, every bucket that needed
+// the store is reported allowed with nothing known of its state; buckets
+// decided without the store keep their decisions, so a blocked bucket still
+// denies.
+func (l *Limiter) storeFailed(decisions []Decision, pos []int, err error) (Result, error) {
+	if !l.failOpen {
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	for i, p := range pos {
+		if p >= 0 {
+			decisions[i].Outcome = Outcome{Allowed: true}
+		}
+	}
+	res := summarize(decisions)
+	res.Degraded = true
+	return res, nil
+}
+
+// resolve fills the decisions that need no store and the batch of those
+// that do, collecting every field error. It reports whether a bucket outside
+// shadow limits was denied without the store.
+func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, decisions []Decision, sc *scratch) (bool, error) {
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return false, &ValidationError{Fields: []FieldError{{Field: "buckets", Message: "must hold 1 to " + strconv.Itoa(MaxBatch) + " buckets"}}}
+	}
+	// ve stays on the stack unless a field is bad.
+	var ve ValidationError
+	localDenial := false
+	nowUS := now.UnixMicro()
+	for i, req := range reqs {
+		field := func(name string) string { return "buckets[" + strconv.Itoa(i) + "]" + name }
+		if req.Cost < 0 {
+			ve.Add(field(".cost"), "must be at least 0")
+		}
+		r, buf, err := snap.resolve(sc.buf, req.Limit, req.BucketID, nowUS)
+		if err != nil {
+			var fe FieldError
+			if !errors.As(err, &fe) {
+				return false, err
+			}
+			ve.Add(field("."+fe.Field), fe.Message)
+			sc.ends = append(sc.ends, len(sc.buf))
+			continue
+		}
+		sc.buf = buf
+		sc.ends = append(sc.ends, len(buf))
+		key := sc.key(i)
+		for j := range i {
+			if bytes.Equal(sc.key(j), key) {
+				ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
+			}
+		}
+		if len(ve.Fields) > 0 {
+			continue
+		}
+		d := &decisions[i]
+		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow
+		rate := r.Params.Rate()
+		switch {
+		case r.Source == SourceUnlimited:
+			d.Outcome = Outcome{Allowed: true, Remaining: r.Params.Burst}
+		case r.Params.Burst == 0 && op == Refund:
+			_, d.Outcome = RefundStep(0, nowUS, rate, req.Cost)
+		case r.Params.Burst == 0:
+			_, d.Outcome = SpendStep(0, nowUS, rate, req.Cost)
+		case (op == Spend || op == Check) && l.denied.deny(key, nowUS, rate, req.Cost, &d.Outcome):
+		default:
+			sc.pos = append(sc.pos, len(sc.batch))
+			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Shadow: r.Limit.Shadow})
+			continue
+		}
+		sc.pos = append(sc.pos, -1)
+		localDenial = localDenial || !d.Allowed && !d.Shadow
+	}
+	if len(ve.Fields) > 0 {
+		return false, &ValidationError{Fields: ve.Fields}
+	}
+	// Keys are set only now: appending to buf may have moved it.
+	for i, p := range sc.pos {
+		if p >= 0 {
+			sc.batch[p].Key = sc.key(i)
+		}
+	}
+	return localDenial, nil
+}
+
+// summarize computes the answer of a batch from its decisions.
+func summarize(decisions []Decision) Result {
+	res := Result{Allowed: true, Decisions: decisions}
+	for i := range decisions {
+		d := &decisions[i]
+		if d.Shadow {
+			continue
+		}
+		res.ResetAfter = max(res.ResetAfter, d.ResetAfter)
+		if d.Allowed {
+			continue
+		}
+		switch {
+		case d.RetryAfter == Never:
+			res.RetryAfter = Never
+		case res.RetryAfter != Never:
+			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
+		}
+		res.Allowed = false
+	}
+	return res
+}
+
+// Reset makes the buckets full again and returns how many it reset. Cost is
+// ignored.
+func (l *Limiter) Reset(ctx context.Context, reqs []Request) (int, error) {
+	snap := l.snap.Load()
+	if snap == nil {
+		return 0, ErrNoSnapshot
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	sc.reset()
+	// Resolving as a refund leaves the denied cache alone.
+	decisions := make([]Decision, len(reqs))
+	if _, err := l.resolve(snap, Refund, reqs, l.now(), decisions, sc); err != nil {
+		return 0, err
+	}
+	keys := make([]string, len(reqs))
+	for i := range reqs {
+		keys[i] = string(sc.key(i))
+	}
+	if err := l.store.Reset(ctx, keys); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	for i := range reqs {
+		l.denied.forget(sc.key(i))
+	}
+	return len(keys), nil
+}

@@ -1,0 +1,301 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+)
+
+// countingStore counts the calls that reach a store and can fail them.
+type countingStore struct {
+	limiter.Store
+	calls atomic.Int64
+	fail  atomic.Bool
+}
+
+var errDown = errors.New("store down")
+
+func (s *countingStore) call() error {
+	s.calls.Add(1)
+	if s.fail.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (s *countingStore) Spend(ctx context.Context, now time.Time, b []limiter.Bucket) error {
+	if err := s.call(); err != nil {
+		return err
+	}
+	return s.Store.Spend(ctx, now, b)
+}
+
+func (s *countingStore) Refund(ctx context.Context, now time.Time, b []limiter.Bucket) error {
+	if err := s.call(); err != nil {
+		return err
+	}
+	return s.Store.Refund(ctx, now, b)
+}
+
+func (s *countingStore) Read(ctx context.Context, b []limiter.Bucket) error {
+	if err := s.call(); err != nil {
+		return err
+	}
+	return s.Store.Read(ctx, b)
+}
+
+// fixture is a Limiter on a memstore with a fake clock.
+type fixture struct {
+	l     *limiter.Limiter
+	store *countingStore
+	now   time.Time
+}
+
+func newFixture(t *testing.T, cfg limiter.Config, s *limiter.Snapshot) *fixture {
+	t.Helper()
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(ms.Close)
+	f := &fixture{store: &countingStore{Store: ms}, now: t0}
+	cfg.Store = f.store
+	cfg.Now = func() time.Time { return f.now }
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.l = limiter.New(cfg)
+	f.l.SetSnapshot(s)
+	return f
+}
+
+func (f *fixture) decide(t *testing.T, op limiter.Op, reqs ...limiter.Request) limiter.Result {
+	t.Helper()
+	res, err := f.l.Decide(context.Background(), op, reqs, nil)
+	if err != nil {
+		t.Fatalf("%s %+v: %v", op, reqs, err)
+	}
+	return res
+}
+
+func shadowLimit() limiter.Limit {
+	return limiter.Limit{Name: "Shadowed", Enum: 101, IDFormat: limiter.RegID, Shadow: true,
+		Params: limiter.Params{Burst: 1, Count: 1, Period: time.Hour}}
+}
+
+func testSnapshot(t *testing.T) *limiter.Snapshot {
+	blocked := override("NewOrdersPerAccount", "666", 0)
+	small := override("NewOrdersPerAccount", "5", 2)
+	unlimited := limiter.Override{Limit: "NewOrdersPerAccount", BucketID: "9", Enabled: true, Unlimited: true}
+	return build(t, []limiter.Limit{orders(), emails(), shadowLimit()}, blocked, small, unlimited)
+}
+
+func req(limit, id string, cost int64) limiter.Request {
+	return limiter.Request{Limit: limit, BucketID: id, Cost: cost}
+}
+
+func TestSpendIsAllOrNothing(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "5", 2)) // bucket 5 is now empty
+	res := f.decide(t, limiter.Spend, req("MailsPerAddress", "a@example.com", 1), req("NewOrdersPerAccount", "0005", 1))
+	if res.Allowed {
+		t.Fatal("a batch with an empty bucket was allowed")
+	}
+	d := res.Decisions
+	if !d[0].Allowed || d[1].Allowed || d[1].Reason != limiter.ReasonLimited || d[1].BucketID != "5" || d[1].Source != limiter.SourceOverride {
+		t.Fatalf("decisions %+v", d)
+	}
+	if res.RetryAfter != 30*time.Minute || res.ResetAfter != time.Hour {
+		t.Fatalf("retry %v reset %v, want 30m and 1h", res.RetryAfter, res.ResetAfter)
+	}
+	if got := f.decide(t, limiter.Check, req("MailsPerAddress", "a@example.com", 0)).Decisions[0].Remaining; got != 5 {
+		t.Fatalf("the allowed bucket of a denied batch was spent: remaining %d", got)
+	}
+}
+
+func TestLocalDecisionsSkipTheStore(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "9", 1000))
+	if !res.Allowed || res.Decisions[0].Source != limiter.SourceUnlimited || res.Decisions[0].Remaining != 300 {
+		t.Fatalf("unlimited: %+v", res)
+	}
+	res = f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "666", 1))
+	if res.Allowed || res.Decisions[0].Reason != limiter.ReasonBlocked || res.RetryAfter != limiter.Never {
+		t.Fatalf("blocked: %+v", res)
+	}
+	if n := f.store.calls.Load(); n != 0 {
+		t.Fatalf("unlimited and blocked buckets made %d store calls", n)
+	}
+	// A blocked bucket denies its batch; the other bucket is only read.
+	res = f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "666", 1), req("NewOrdersPerAccount", "1", 1))
+	if res.Allowed || !res.Decisions[1].Allowed {
+		t.Fatalf("blocked with another: %+v", res)
+	}
+	if got := f.decide(t, limiter.Check, req("NewOrdersPerAccount", "1", 0)).Decisions[0].Remaining; got != 300 {
+		t.Fatalf("a batch denied by a blocked bucket spent the other: remaining %d", got)
+	}
+}
+
+func TestShadowNeverDenies(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	f.decide(t, limiter.Spend, req("Shadowed", "1", 1))
+	res := f.decide(t, limiter.Spend, req("Shadowed", "1", 1), req("NewOrdersPerAccount", "1", 1))
+	if !res.Allowed || res.Decisions[0].Allowed || !res.Decisions[0].Shadow || res.RetryAfter != 0 {
+		t.Fatalf("shadow: %+v", res)
+	}
+	if got := f.decide(t, limiter.Check, req("NewOrdersPerAccount", "1", 0)).Decisions[0].Remaining; got != 299 {
+		t.Fatalf("the real bucket beside a denied shadow one was not spent: remaining %d", got)
+	}
+}
+
+func TestEveryFieldErrorAtOnce(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	_, err := f.l.Decide(context.Background(), limiter.Spend, []limiter.Request{
+		req("NewOrdersPerAccount", "1", 1),
+		req("Nope", "1", 1),
+		req("NewOrdersPerAccount", "abc", -1),
+		req("NewOrdersPerAccount", "001", 1),
+	}, nil)
+	var ve *limiter.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("got %v, want a ValidationError", err)
+	}
+	want := []string{"buckets[1].limit", "buckets[2].cost", "buckets[2].bucket_id", "buckets[3]"}
+	if len(ve.Fields) != len(want) {
+		t.Fatalf("fields %+v, want %v", ve.Fields, want)
+	}
+	for i, fe := range ve.Fields {
+		if fe.Field != want[i] || fe.Message == "" {
+			t.Fatalf("field %d: %+v, want %s", i, fe, want[i])
+		}
+	}
+	for _, n := range []int{0, limiter.MaxBatch + 1} {
+		reqs := make([]limiter.Request, n)
+		for i := range reqs {
+			reqs[i] = req("NewOrdersPerAccount", fmt.Sprint(i+1), 1)
+		}
+		if _, err := f.l.Decide(context.Background(), limiter.Spend, reqs, nil); !errors.As(err, &ve) || ve.Fields[0].Field != "buckets" {
+			t.Fatalf("%d buckets: %v", n, err)
+		}
+	}
+	if n := f.store.calls.Load(); n != 0 {
+		t.Fatalf("invalid requests made %d store calls", n)
+	}
+}
+
+func TestNoSnapshotIsUnavailable(t *testing.T) {
+	l := limiter.New(limiter.Config{Store: memstore.New(memstore.Options{})})
+	_, err := l.Decide(context.Background(), limiter.Spend, []limiter.Request{req("A", "1", 1)}, nil)
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestFailModes(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) {
+			f := newFixture(t, limiter.Config{FailOpen: open}, testSnapshot(t))
+			f.store.fail.Store(true)
+			res, err := f.l.Decide(context.Background(), limiter.Spend, []limiter.Request{req("NewOrdersPerAccount", "1", 1)}, nil)
+			switch {
+			case !open && (!errors.Is(err, limiter.ErrUnavailable) || res.Allowed):
+				t.Fatalf("closed: %+v, %v", res, err)
+			case open && (err != nil || !res.Allowed || !res.Degraded):
+				t.Fatalf("open: %+v, %v", res, err)
+			}
+			// A blocked bucket needs no store and still denies.
+			res, err = f.l.Decide(context.Background(), limiter.Spend, []limiter.Request{req("NewOrdersPerAccount", "666", 1)}, nil)
+			if err != nil || res.Allowed || res.Degraded {
+				t.Fatalf("blocked while the store is down: %+v, %v", res, err)
+			}
+			if got := f.l.Stats().StoreErrors; got != 1 {
+				t.Fatalf("StoreErrors = %d, want 1", got)
+			}
+		})
+	}
+}
+
+func TestDeniedCache(t *testing.T) {
+	f := newFixture(t, limiter.Config{DeniedCacheSize: 1000}, testSnapshot(t))
+	empty := req("NewOrdersPerAccount", "5", 2)
+	f.decide(t, limiter.Spend, empty) // spends the whole burst of 2
+	calls := f.store.calls.Load()
+	for range 3 {
+		res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "5", 1))
+		if res.Allowed || res.Decisions[0].RetryAfter != 30*time.Minute {
+			t.Fatalf("a cached denial: %+v", res)
+		}
+	}
+	if got := f.store.calls.Load() - calls; got != 0 {
+		t.Fatalf("denials of an empty bucket made %d store calls", got)
+	}
+	if got := f.l.Stats().DeniedCacheHit; got != 3 {
+		t.Fatalf("DeniedCacheHit = %d, want 3", got)
+	}
+	// When a token is back, the store is asked again.
+	f.now = f.now.Add(30 * time.Minute)
+	if res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "5", 1)); !res.Allowed {
+		t.Fatalf("after the retry-after: %+v", res)
+	}
+	// A refund through this process forgets the bucket at once.
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 300))
+	f.decide(t, limiter.Refund, req("NewOrdersPerAccount", "1", 1))
+	if res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 1)); !res.Allowed {
+		t.Fatalf("after a refund: %+v", res)
+	}
+	// A raised burst takes effect at once: parameters are not cached.
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "2", 300))
+	b := f.l.Snapshot().Builder()
+	raised := override("NewOrdersPerAccount", "2", 0)
+	raised.Params = limiter.Params{Burst: 301, Count: 300, Period: 3 * time.Hour}
+	if err := b.PutOverride(raised); err != nil {
+		t.Fatal(err)
+	}
+	f.l.SetSnapshot(b.Snapshot(2, f.now))
+	if res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "2", 1)); !res.Allowed {
+		t.Fatalf("after raising the limit: %+v", res)
+	}
+}
+
+func TestResetFillsBuckets(t *testing.T) {
+	f := newFixture(t, limiter.Config{DeniedCacheSize: 100}, testSnapshot(t))
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 300))
+	n, err := f.l.Reset(context.Background(), []limiter.Request{{Limit: "NewOrdersPerAccount", BucketID: "01"}})
+	if err != nil || n != 1 {
+		t.Fatalf("Reset: %d, %v", n, err)
+	}
+	if res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 300)); !res.Allowed {
+		t.Fatalf("after reset: %+v", res)
+	}
+}
+
+// TestConcurrentSpendsAdmitExactlyTheBurst goes through the whole Limiter.
+func TestConcurrentSpendsAdmitExactlyTheBurst(t *testing.T) {
+	f := newFixture(t, limiter.Config{DeniedCacheSize: 1000}, build(t, []limiter.Limit{orders()}))
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				res, err := f.l.Decide(context.Background(), limiter.Spend, []limiter.Request{req("NewOrdersPerAccount", "77", 1)}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 300 {
+		t.Fatalf("admitted %d, want exactly the burst of 300", got)
+	}
+}

@@ -1,0 +1,241 @@
+// Package memstore keeps bucket TATs in the process: the embedded default,
+// for a single node. Buckets are spread over shards, each behind its own
+// mutex, so that decisions on different buckets rarely wait for each other;
+// a batch locks its shards in ascending order, which makes it atomic without
+// a global lock and without deadlocks.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+const shardCount = 256
+
+// DefaultSweepInterval is how often full buckets are evicted when Options
+// leaves it zero.
+const DefaultSweepInterval = 10 * time.Second
+
+// Options configure a Store.
+type Options struct {
+	// Now reads the clock of the sweeper; time.Now when nil.
+	Now func() time.Time
+	// SweepInterval is how often every shard is swept of buckets that are
+	// full again; DefaultSweepInterval when zero.
+	SweepInterval time.Duration
+}
+
+// Store is an in-process limiter.Store. Close stops its sweeper.
+type Store struct {
+	seed   maphash.Seed
+	shards [shardCount]shard
+	now    func() time.Time
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type shard struct {
+	mu sync.Mutex
+	// tats holds Unix microseconds; a bucket that is full is absent, or
+	// present with a TAT in the past until the sweeper or a write drops it.
+	// The values are pointers so that a spend finds its bucket once and
+	// writes through the pointer.
+	tats map[string]*int64
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns an empty store and starts its sweeper.
+func New(opts Options) *Store {
+	s := &Store{seed: maphash.MakeSeed(), now: opts.Now, stop: make(chan struct{}), done: make(chan struct{})}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.shards {
+		s.shards[i].tats = make(map[string]*int64)
+	}
+	interval := opts.SweepInterval
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	go s.sweepEvery(interval)
+	return s
+}
+
+// Close stops the sweeper. The store keeps answering.
+func (s *Store) Close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+		<-s.done
+	}
+}
+
+// Spend implements limiter.Store.
+func (s *Store) Spend(_ context.Context, now time.Time, batch []limiter.Bucket) error {
+	s.apply(now.UnixMicro(), batch, func(nowUS int64, batch []limiter.Bucket) {
+		commit := true
+		for i := range batch {
+			b := &batch[i]
+			if _, out := limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost); !out.Allowed && !b.Shadow {
+				commit = false
+				break
+			}
+		}
+		if !commit {
+			return
+		}
+		for i := range batch {
+			b := &batch[i]
+			tat, _ := limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
+			if tat != b.TAT {
+				s.put(b.Key, tat, nowUS)
+			}
+		}
+	})
+	return nil
+}
+
+// Refund implements limiter.Store.
+func (s *Store) Refund(_ context.Context, now time.Time, batch []limiter.Bucket) error {
+	s.apply(now.UnixMicro(), batch, func(nowUS int64, batch []limiter.Bucket) {
+		for i := range batch {
+			b := &batch[i]
+			tat, _ := limiter.RefundStep(b.TAT, nowUS, b.Rate, b.Cost)
+			s.put(b.Key, tat, nowUS)
+		}
+	})
+	return nil
+}
+
+// Read implements limiter.Store.
+func (s *Store) Read(_ context.Context, batch []limiter.Bucket) error {
+	s.apply(0, batch, func(int64, []limiter.Bucket) {})
+	return nil
+}
+
+// Reset implements limiter.Store.
+func (s *Store) Reset(_ context.Context, keys []string) error {
+	for _, k := range keys {
+		sh := &s.shards[maphash.String(s.seed, k)%shardCount]
+		sh.mu.Lock()
+		delete(sh.tats, k)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Ping implements limiter.Store; an in-process store always answers.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// Len returns the number of buckets held, full ones not yet swept included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.tats)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops every bucket that is full at now.
+func (s *Store) Sweep(now time.Time) {
+	nowUS := now.UnixMicro()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, tat := range sh.tats {
+			if *tat <= nowUS {
+				delete(sh.tats, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (s *Store) sweepEvery(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep(s.now())
+		}
+	}
+}
+
+func (s *Store) shardIndex(key []byte) int {
+	return int(maphash.Bytes(s.seed, key) % shardCount)
+}
+
+func (s *Store) shard(key []byte) *shard { return &s.shards[s.shardIndex(key)] }
+
+// apply locks the shards of the batch in ascending order, reads every TAT
+// into the batch, runs f, and unlocks. f may call put, which needs the lock.
+func (s *Store) apply(nowUS int64, batch []limiter.Bucket, f func(int64, []limiter.Bucket)) {
+	if len(batch) == 1 {
+		sh := s.shard(batch[0].Key)
+		sh.mu.Lock()
+		batch[0].TAT = sh.get(batch[0].Key)
+		f(nowUS, batch)
+		sh.mu.Unlock()
+		return
+	}
+	var locked [shardCount / 64]uint64
+	for i := range batch {
+		n := s.shardIndex(batch[i].Key)
+		locked[n/64] |= 1 << (n % 64)
+	}
+	forEach(&locked, func(n int) { s.shards[n].mu.Lock() })
+	for i := range batch {
+		batch[i].TAT = s.shard(batch[i].Key).get(batch[i].Key)
+	}
+	f(nowUS, batch)
+	forEach(&locked, func(n int) { s.shards[n].mu.Unlock() })
+}
+
+// get returns the TAT of key, 0 when absent; the caller holds the lock.
+func (sh *shard) get(key []byte) int64 {
+	if p, ok := sh.tats[string(key)]; ok {
+		return *p
+	}
+	return 0
+}
+
+// put stores a TAT, or drops the bucket when it is full; the caller holds
+// the shard's lock.
+func (s *Store) put(key []byte, tat, nowUS int64) {
+	sh := s.shard(key)
+	if tat <= nowUS {
+		delete(sh.tats, string(key))
+		return
+	}
+	if p, ok := sh.tats[string(key)]; ok {
+		*p = tat
+		return
+	}
+	p := new(int64)
+	*p = tat
+	sh.tats[string(key)] = p
+}
+
+func forEach(set *[shardCount / 64]uint64, f func(int)) {
+	for w, word := range set {
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			f(w*64 + b)
+			word &^= 1 << b
+		}
+	}
+}

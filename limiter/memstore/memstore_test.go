@@ -1,0 +1,70 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/limiter/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s := memstore.New(memstore.Options{})
+		t.Cleanup(s.Close)
+		return storetest.Harness{
+			Store:        s,
+			Expiry:       func(t *testing.T, key string) (time.Time, bool) { return s.Expiry(key) },
+			ExactBatches: true,
+		}
+	})
+}
+
+// TestSweepEvictsFullBuckets: memory follows the live buckets, not history.
+func TestSweepEvictsFullBuckets(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	start := time.Now()
+	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
+	for i := range 1000 {
+		b := []limiter.Bucket{{Key: fmt.Appendf(nil, "1:%d", i), Rate: p.Rate(), Cost: 1 + int64(i%2)}}
+		if err := s.Spend(context.Background(), start, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 1000 {
+		t.Fatalf("holds %d buckets, want 1000", n)
+	}
+	// At 150 ms the cost-1 buckets (full after 100 ms) go, the cost-2
+	// buckets (full after 200 ms) stay.
+	s.Sweep(start.Add(150 * time.Millisecond))
+	if n := s.Len(); n != 500 {
+		t.Fatalf("after a sweep at 150 ms it holds %d buckets, want 500", n)
+	}
+	s.Sweep(start.Add(200 * time.Millisecond))
+	if n := s.Len(); n != 0 {
+		t.Fatalf("after every bucket is full it holds %d, want 0", n)
+	}
+}
+
+// TestSweeperRuns: the background sweeper evicts without any call.
+func TestSweeperRuns(t *testing.T) {
+	s := memstore.New(memstore.Options{SweepInterval: time.Millisecond})
+	defer s.Close()
+	p := limiter.Params{Burst: 1, Count: 1, Period: 10 * time.Millisecond}
+	b := []limiter.Bucket{{Key: []byte("1:a"), Rate: p.Rate(), Cost: 1}}
+	if err := s.Spend(context.Background(), time.Now(), b); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 1 {
+		t.Fatal("the spent bucket is not held")
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.Len() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not evict a full bucket within 10 s")
+		}
+	}
+}

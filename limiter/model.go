@@ -1,0 +1,182 @@
+package limiter
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxEnum is the largest enum a limit may be interned to; enums fit in 31
+// bits so that every database and client holds them as plain integers.
+const MaxEnum = 1<<31 - 1
+
+// FirstAssignedEnum is where automatically assigned enums start: 1 to 99
+// stay free for explicit numbers and Let's Encrypt's catalogue, so that a
+// later import keeps their numbers.
+const FirstAssignedEnum = 100
+
+// maxText bounds descriptions and comments, which are free text for people.
+const maxText = 1000
+
+// Limit is a named limit: how its bucket ids are written and the default
+// parameters of its buckets.
+type Limit struct {
+	Name string
+	// Enum is the small integer the name is interned to in bucket keys. It
+	// never changes, so that stored bucket states stay valid.
+	Enum     int
+	IDFormat IDFormat
+	Params
+	Description string
+	// Shadow limits are computed, counted and reported, but never deny.
+	Shadow    bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Validate returns the field errors of l, named as in the REST API. An enum
+// of 0 stands for "not chosen yet" and is accepted.
+func (l Limit) Validate() []FieldError {
+	var ve ValidationError
+	if msg := nameProblem(l.Name); msg != "" {
+		ve.Add("name", msg)
+	}
+	if l.Enum < 0 || l.Enum > MaxEnum {
+		ve.Add("enum", "must be between 1 and "+strconv.Itoa(MaxEnum))
+	}
+	if !l.IDFormat.Valid() {
+		ve.Add("id_format", "must be one of "+formatList())
+	}
+	ve.Fields = append(ve.Fields, l.Params.Validate(false)...)
+	if msg := textProblem(l.Description); msg != "" {
+		ve.Add("description", msg)
+	}
+	return ve.Fields
+}
+
+// Override replaces a limit's defaults for one bucket.
+type Override struct {
+	// ID is opaque to clients.
+	ID    string
+	Limit string
+	// BucketID is canonical under the limit's IDFormat.
+	BucketID string
+	// Params are ignored when Unlimited; a Burst of 0 blocks the bucket.
+	Params
+	// Unlimited exempts the bucket: always allowed, no store call.
+	Unlimited bool
+	Comment   string
+	// Enabled false keeps the override on record without applying it.
+	Enabled bool
+	// ExpiresAt is when the override stops applying; zero means never.
+	ExpiresAt time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// UpdatedBy is the name of the token that made the last change.
+	UpdatedBy string
+	// Version counts the changes of the override; it is its ETag.
+	Version int64
+}
+
+// Normalize canonicalises o.BucketID under limit l and returns the field
+// errors of o, named as in the REST API.
+func (o *Override) Normalize(l Limit) []FieldError {
+	var ve ValidationError
+	if o.Limit != l.Name {
+		ve.Add("limit", "does not name the limit given")
+	}
+	if id, err := l.IDFormat.Canonical(o.BucketID); err != nil {
+		ve.Add("bucket_id", err.Error())
+	} else {
+		o.BucketID = id
+	}
+	if !o.Unlimited {
+		ve.Fields = append(ve.Fields, o.Params.Validate(true)...)
+	}
+	if msg := textProblem(o.Comment); msg != "" {
+		ve.Add("comment", msg)
+	}
+	return ve.Fields
+}
+
+// nameProblem checks a limit name against ^[A-Za-z][A-Za-z0-9_.-]{0,63}$.
+func nameProblem(name string) string {
+	if name == "" {
+		return "must not be empty"
+	}
+	if len(name) > 64 {
+		return "must be at most 64 characters"
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		switch {
+		case i == 0 && !letter:
+			return "must start with a letter"
+		case !letter && !(c >= '0' && c <= '9') && c != '_' && c != '.' && c != '-':
+			return "may hold only letters, digits, '_', '.' and '-'"
+		}
+	}
+	return ""
+}
+
+// ValidName reports whether name is a well-formed limit name.
+func ValidName(name string) bool { return nameProblem(name) == "" }
+
+func textProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case len(s) > maxText:
+		return "must be at most " + strconv.Itoa(maxText) + " bytes"
+	}
+	return ""
+}
+
+func formatList() string {
+	s := ""
+	for i, f := range IDFormats() {
+		if i > 0 {
+			s += ", "
+		}
+		s += string(f)
+	}
+	return s
+}
+
+// OverrideFilter selects overrides in a listing; zero fields select all.
+type OverrideFilter struct {
+	Limit string
+	// BucketIDs selects overrides whose canonical bucket id is any of these.
+	BucketIDs []string
+	Enabled   *bool
+	// Query is a case-insensitive substring of the bucket id or comment.
+	Query    string
+	PageSize int
+	// PageToken continues a listing where the previous page ended.
+	PageToken string
+}
+
+// The actions of history entries.
+const (
+	ActionCreate = "create"
+	ActionUpdate = "update"
+	ActionDelete = "delete"
+)
+
+// HistoryEntry is one recorded change of an override.
+type HistoryEntry struct {
+	At     time.Time
+	Actor  string
+	Action string
+	// Before is nil for a creation, After for a deletion.
+	Before *Override
+	After  *Override
+}
+
+// ImportCounts says what an import did, or would do in a dry run.
+type ImportCounts struct {
+	Created   int
+	Updated   int
+	Unchanged int
+}

@@ -1,0 +1,200 @@
+package limiter_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func orders() limiter.Limit {
+	return limiter.Limit{Name: "NewOrdersPerAccount", Enum: 3, IDFormat: limiter.RegID,
+		Params: limiter.Params{Burst: 300, Count: 300, Period: 3 * time.Hour}}
+}
+
+func emails() limiter.Limit {
+	return limiter.Limit{Name: "MailsPerAddress", Enum: 100, IDFormat: limiter.String,
+		Params: limiter.Params{Burst: 5, Count: 5, Period: time.Hour}}
+}
+
+func override(limit, id string, burst int64) limiter.Override {
+	return limiter.Override{Limit: limit, BucketID: id, Enabled: true,
+		Params: limiter.Params{Burst: burst, Count: max(burst, 1), Period: time.Hour}}
+}
+
+func build(t *testing.T, limits []limiter.Limit, overrides ...limiter.Override) *limiter.Snapshot {
+	t.Helper()
+	b := limiter.NewBuilder()
+	for _, l := range limits {
+		if err := b.PutLimit(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range overrides {
+		if err := b.PutOverride(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Snapshot(1, t0)
+}
+
+func resolve(t *testing.T, s *limiter.Snapshot, limit, id string, at time.Time) limiter.Resolution {
+	t.Helper()
+	r, err := s.Resolve(limit, id, at)
+	if err != nil {
+		t.Fatalf("Resolve(%q, %q): %v", limit, id, err)
+	}
+	return r
+}
+
+func TestResolvePicksOverrideOrDefault(t *testing.T) {
+	expiring := override("NewOrdersPerAccount", "7", 20)
+	expiring.ExpiresAt = t0.Add(time.Hour)
+	disabled := override("NewOrdersPerAccount", "8", 30)
+	disabled.Enabled = false
+	unlimited := limiter.Override{Limit: "NewOrdersPerAccount", BucketID: "9", Enabled: true, Unlimited: true}
+	s := build(t, []limiter.Limit{orders()}, override("NewOrdersPerAccount", "42", 600), expiring, disabled, unlimited)
+
+	tests := []struct {
+		name   string
+		id     string
+		at     time.Time
+		source limiter.Source
+		burst  int64
+	}{
+		{"no override", "12345678", t0, limiter.SourceDefault, 300},
+		{"an override, written with leading zeros", "0042", t0, limiter.SourceOverride, 600},
+		{"an override before it expires", "7", t0.Add(time.Hour - time.Microsecond), limiter.SourceOverride, 20},
+		{"an override when it expires", "7", t0.Add(time.Hour), limiter.SourceDefault, 300},
+		{"a disabled override", "8", t0, limiter.SourceDefault, 300},
+		{"an unlimited override", "9", t0, limiter.SourceUnlimited, 300},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := resolve(t, s, "NewOrdersPerAccount", tc.id, tc.at)
+			if r.Source != tc.source || r.Params.Burst != tc.burst {
+				t.Fatalf("source %s burst %d, want %s %d", r.Source, r.Params.Burst, tc.source, tc.burst)
+			}
+		})
+	}
+	if s.Overrides() != 3 {
+		t.Fatalf("Overrides() = %d, want 3 (the disabled one is left out)", s.Overrides())
+	}
+}
+
+func TestResolveErrorsNameTheField(t *testing.T) {
+	s := build(t, []limiter.Limit{orders()})
+	for _, tc := range []struct{ limit, id, field string }{
+		{"NoSuchLimit", "1", "limit"},
+		{"NewOrdersPerAccount", "-1", "bucket_id"},
+		{"NewOrdersPerAccount", "", "bucket_id"},
+	} {
+		_, err := s.Resolve(tc.limit, tc.id, t0)
+		var fe limiter.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Message == "" {
+			t.Errorf("Resolve(%q, %q) = %v, want an error on %s", tc.limit, tc.id, err, tc.field)
+		}
+	}
+}
+
+func TestHashedKeysHideTheID(t *testing.T) {
+	s := build(t, []limiter.Limit{emails()}, override("MailsPerAddress", "alice@example.com", 50))
+	r := resolve(t, s, "MailsPerAddress", "alice@example.com", t0)
+	if r.Source != limiter.SourceOverride {
+		t.Fatalf("the override of a hashed id was not found: %+v", r)
+	}
+	if strings.Contains(r.Key, "alice") || !strings.HasPrefix(r.Key, "100:#") {
+		t.Fatalf("key %q shows the id or lacks the limit's prefix", r.Key)
+	}
+	if other := resolve(t, s, "MailsPerAddress", "bob@example.com", t0); other.Key == r.Key {
+		t.Fatal("two ids share a key")
+	}
+}
+
+func TestBuilderCopiesOnWrite(t *testing.T) {
+	s1 := build(t, []limiter.Limit{orders()}, override("NewOrdersPerAccount", "1", 10))
+
+	b := s1.Builder()
+	if err := b.PutOverride(override("NewOrdersPerAccount", "2", 20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteOverride("NewOrdersPerAccount", "1"); err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.Snapshot(2, t0)
+	// Writing on after Snapshot must not reach s2.
+	if err := b.PutOverride(override("NewOrdersPerAccount", "3", 30)); err != nil {
+		t.Fatal(err)
+	}
+	s3 := b.Snapshot(3, t0)
+
+	for _, tc := range []struct {
+		s    *limiter.Snapshot
+		id   string
+		want limiter.Source
+	}{
+		{s1, "1", limiter.SourceOverride}, {s1, "2", limiter.SourceDefault}, {s1, "3", limiter.SourceDefault},
+		{s2, "1", limiter.SourceDefault}, {s2, "2", limiter.SourceOverride}, {s2, "3", limiter.SourceDefault},
+		{s3, "1", limiter.SourceDefault}, {s3, "2", limiter.SourceOverride}, {s3, "3", limiter.SourceOverride},
+	} {
+		if got := resolve(t, tc.s, "NewOrdersPerAccount", tc.id, t0).Source; got != tc.want {
+			t.Errorf("snapshot %d, bucket %s: %s, want %s", tc.s.Version(), tc.id, got, tc.want)
+		}
+	}
+	if s1.Overrides() != 1 || s2.Overrides() != 1 || s3.Overrides() != 2 {
+		t.Fatalf("counts %d %d %d, want 1 1 2", s1.Overrides(), s2.Overrides(), s3.Overrides())
+	}
+}
+
+func TestApplyChanges(t *testing.T) {
+	s1 := build(t, []limiter.Limit{orders(), emails()}, override("NewOrdersPerAccount", "1", 10), override("MailsPerAddress", "a@b.c", 9))
+	recreated := override("NewOrdersPerAccount", "1", 99)
+	raised := orders()
+	raised.Burst = 1000
+	b := s1.Builder()
+	err := b.Apply(limiter.Changes{
+		Version:          7,
+		Limits:           []limiter.Limit{raised},
+		DeletedLimits:    []string{"MailsPerAddress"},
+		Overrides:        []limiter.Override{recreated},
+		DeletedOverrides: []limiter.Override{{Limit: "NewOrdersPerAccount", BucketID: "1"}, {Limit: "MailsPerAddress", BucketID: "a@b.c"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.Snapshot(7, t0)
+	if r := resolve(t, s2, "NewOrdersPerAccount", "1", t0); r.Params.Burst != 99 {
+		t.Fatalf("the recreated override lost to its deletion: %+v", r)
+	}
+	if r := resolve(t, s2, "NewOrdersPerAccount", "2", t0); r.Params.Burst != 1000 {
+		t.Fatalf("the raised default is not in force: %+v", r)
+	}
+	if _, ok := s2.Limit("MailsPerAddress"); ok {
+		t.Fatal("the deleted limit is still there")
+	}
+	if _, ok := s1.Limit("MailsPerAddress"); !ok {
+		t.Fatal("applying changes altered the old snapshot")
+	}
+	if s2.Overrides() != 1 {
+		t.Fatalf("Overrides() = %d, want 1", s2.Overrides())
+	}
+}
+
+func TestPutLimitRefusesATakenEnum(t *testing.T) {
+	b := limiter.NewBuilder()
+	if err := b.PutLimit(orders()); err != nil {
+		t.Fatal(err)
+	}
+	other := emails()
+	other.Enum = 3
+	if err := b.PutLimit(other); !errors.Is(err, limiter.ErrConflict) {
+		t.Fatalf("PutLimit with a taken enum: %v", err)
+	}
+	if err := b.PutOverride(override("Nope", "1", 1)); !errors.Is(err, limiter.ErrNotFound) {
+		t.Fatalf("an override of an unknown limit: %v", err)
+	}
+}
