@@ -1,0 +1,277 @@
+// Package loader keeps the Limiter's snapshot of limits and overrides in
+// step with the database, so that decisions never touch SQL. It loads
+// everything at start, applies the changes the database announces, and
+// reloads everything every sync interval; when the database fails,
+// decisions go on from the last good snapshot while the loader retries.
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Source is the database as the loader reads it.
+type Source interface {
+	// Full reads every limit, then every enabled override, in one
+	// consistent read, and returns the change sequence number it includes.
+	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
+	// Since returns what changed after a sequence number.
+	Since(ctx context.Context, version int64) (limiter.Changes, error)
+	// Watch calls changed whenever a change may have been committed, until
+	// ctx ends or it fails.
+	Watch(ctx context.Context, changed func()) error
+}
+
+// Target receives each new snapshot; *limiter.Limiter is one.
+type Target interface {
+	SetSnapshot(*limiter.Snapshot)
+}
+
+// Config configures a Loader.
+type Config struct {
+	Source Source
+	Target Target
+	// SyncInterval is the period of full reloads, which repair anything a
+	// lost notification missed; 30s when zero.
+	SyncInterval time.Duration
+	// MaxBackoff bounds the wait between retries after a failure; 5s when
+	// zero.
+	MaxBackoff time.Duration
+	// Now reads the clock; time.Now when nil.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Status describes the snapshot in use.
+type Status struct {
+	// Loaded is false until the first full load succeeds.
+	Loaded bool
+	// Version is the database change sequence number the snapshot includes.
+	Version int64
+	// SyncedAt is when the loader last confirmed the snapshot against the
+	// database, by a full load or by reading the changes.
+	SyncedAt time.Time
+	// Limits and Overrides count what the snapshot holds.
+	Limits    int
+	Overrides int
+	// Err is the last failure since the last success, nil when in step.
+	Err error
+}
+
+// Loader keeps a Target's snapshot current. Run it once.
+type Loader struct {
+	cfg    Config
+	notify chan struct{}
+
+	mu     sync.Mutex
+	status Status
+	snap   *limiter.Snapshot
+	// loaded is closed after the first full load.
+	loaded chan struct{}
+}
+
+// New returns a Loader; nothing happens until Run.
+func New(cfg Config) *Loader {
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 30 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Loader{cfg: cfg, notify: make(chan struct{}, 1), loaded: make(chan struct{})}
+}
+
+// Status returns the state of the snapshot.
+func (l *Loader) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+// Loaded is closed once the first snapshot is in place.
+func (l *Loader) Loaded() <-chan struct{} { return l.loaded }
+
+// changed asks for the changes to be read now.
+func (l *Loader) changed() {
+	select {
+	case l.notify <- struct{}{}:
+	default: // a reload is already pending and will see this change too
+	}
+}
+
+// Run loads, then follows the database until ctx ends. It returns nil when
+// ctx ends; failures are retried, never returned.
+func (l *Loader) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.watch(ctx)
+	}()
+	defer wg.Wait()
+
+	backoff := newBackoff(l.cfg.MaxBackoff)
+	for ctx.Err() == nil {
+		if err := l.full(ctx); err != nil {
+			l.failed(ctx, "full load", err)
+			sleep(ctx, backoff.next())
+			continue
+		}
+		break
+	}
+	backoff.reset()
+	full := time.NewTicker(l.cfg.SyncInterval)
+	defer full.Stop()
+	var retry <-chan time.Time
+	for {
+		var err error
+		var what string
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-full.C:
+			what, err = "full load", l.full(ctx)
+		case <-l.notify:
+			what, err = "incremental load", l.since(ctx)
+		case <-retry:
+			what, err = "incremental load", l.since(ctx)
+		}
+		retry = nil
+		if err != nil {
+			l.failed(ctx, what, err)
+			retry = time.After(backoff.next())
+			continue
+		}
+		backoff.reset()
+	}
+}
+
+// watch keeps a notification channel open, reconnecting with backoff, and
+// asks for the changes after every reconnection, since notifications sent
+// while it was away are lost.
+func (l *Loader) watch(ctx context.Context) {
+	backoff := newBackoff(l.cfg.MaxBackoff)
+	for {
+		start := l.cfg.Now()
+		err := l.cfg.Source.Watch(ctx, l.changed)
+		if ctx.Err() != nil {
+			return
+		}
+		l.cfg.Logger.Warn("change notifications interrupted", "err", err)
+		if l.cfg.Now().Sub(start) > l.cfg.MaxBackoff {
+			backoff.reset()
+		}
+		sleep(ctx, backoff.next())
+		l.changed()
+	}
+}
+
+func (l *Loader) full(ctx context.Context) error {
+	now := l.cfg.Now()
+	b := limiter.NewBuilder()
+	version, err := l.cfg.Source.Full(ctx, b.PutLimit, func(o limiter.Override) error {
+		if !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt) {
+			return nil // expired: never applies again
+		}
+		return b.PutOverride(o)
+	})
+	if err != nil {
+		return err
+	}
+	l.publish(b.Snapshot(version, now), now)
+	select {
+	case <-l.loaded:
+	default:
+		close(l.loaded)
+	}
+	return nil
+}
+
+func (l *Loader) since(ctx context.Context) error {
+	l.mu.Lock()
+	snap := l.snap
+	l.mu.Unlock()
+	if snap == nil {
+		return nil // the first full load will see everything
+	}
+	now := l.cfg.Now()
+	ch, err := l.cfg.Source.Since(ctx, snap.Version())
+	if err != nil {
+		return err
+	}
+	if ch.Version < snap.Version() {
+		return fmt.Errorf("the database went back from version %d to %d", snap.Version(), ch.Version)
+	}
+	if ch.Version > snap.Version() {
+		b := snap.Builder()
+		if err := b.Apply(ch); err != nil {
+			return fmt.Errorf("applying changes up to version %d: %w", ch.Version, err)
+		}
+		snap = b.Snapshot(ch.Version, now)
+	}
+	l.publish(snap, now)
+	return nil
+}
+
+// publish hands a snapshot to the target and records that the loader is
+// in step at now.
+func (l *Loader) publish(s *limiter.Snapshot, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.snap != s {
+		l.cfg.Target.SetSnapshot(s)
+		l.snap = s
+	}
+	if l.status.Err != nil {
+		l.cfg.Logger.Info("snapshot in step with the database again", "version", s.Version())
+	}
+	l.status = Status{Loaded: true, Version: s.Version(), SyncedAt: now, Limits: len(s.Limits()), Overrides: s.Overrides()}
+}
+
+func (l *Loader) failed(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	l.mu.Lock()
+	first := l.status.Err == nil
+	l.status.Err = err
+	l.mu.Unlock()
+	if first || !errors.Is(err, limiter.ErrUnavailable) {
+		l.cfg.Logger.Warn(what+" failed; decisions go on from the last snapshot", "err", err)
+	}
+}
+
+// backoff doubles from 50 ms up to a bound.
+type backoff struct {
+	cur, max time.Duration
+}
+
+func newBackoff(limit time.Duration) *backoff { return &backoff{max: limit} }
+
+func (b *backoff) next() time.Duration {
+	b.cur = min(max(2*b.cur, 50*time.Millisecond), b.max)
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
