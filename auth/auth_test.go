@@ -1,0 +1,83 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/auth"
+)
+
+func TestScopes(t *testing.T) {
+	for _, tc := range []struct {
+		scope auth.Scope
+		route []auth.Scope
+		want  bool
+	}{
+		{auth.Admin, []auth.Scope{auth.Decide}, true},
+		{auth.Support, []auth.Scope{auth.Support}, true},
+		{auth.Support, []auth.Scope{auth.Decide}, false},
+		{auth.Decide, []auth.Scope{auth.Admin}, false},
+		{auth.Decide, []auth.Scope{auth.Support, auth.Decide}, true},
+	} {
+		if got := tc.scope.Allows(tc.route...); got != tc.want {
+			t.Errorf("%s allows %v: %v, want %v", tc.scope, tc.route, got, tc.want)
+		}
+	}
+	if auth.Scope("root").Valid() || !auth.Decide.Valid() {
+		t.Error("Valid is wrong")
+	}
+}
+
+func TestSecretsAreRandomAndOnlyTheirHashIsKept(t *testing.T) {
+	s1, h1 := auth.NewSecret()
+	s2, _ := auth.NewSecret()
+	if s1 == s2 || !strings.HasPrefix(s1, "rlt_") || len(s1) < 40 {
+		t.Fatalf("secrets %q %q", s1, s2)
+	}
+	if h1 != auth.Hash(s1) || strings.Contains(h1, s1[4:]) {
+		t.Fatal("the hash does not match or shows the secret")
+	}
+}
+
+func TestKeeper(t *testing.T) {
+	secret, hash := auth.NewSecret()
+	tokens := []auth.Token{{ID: "1", Name: "svc", Scope: auth.Decide, Hash: hash}}
+	var fail error
+	list := func(context.Context) ([]auth.Token, error) { return tokens, fail }
+	k := auth.NewKeeper(list, "boot", time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	if _, ok := k.Authenticate(secret); ok || k.Loaded() {
+		t.Fatal("a token works before the first read")
+	}
+	if p, ok := k.Authenticate("boot"); !ok || p.Scope != auth.Admin || p.Name != "bootstrap" {
+		t.Fatalf("bootstrap: %+v %v", p, ok)
+	}
+	if err := k.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := k.Authenticate(secret); !ok || p.Name != "svc" || p.Scope != auth.Decide {
+		t.Fatalf("after a read: %+v %v", p, ok)
+	}
+	// The database fails: the last set stays in force.
+	fail = errors.New("down")
+	if err := k.Refresh(context.Background()); err == nil {
+		t.Fatal("a failed read reported no error")
+	}
+	if _, ok := k.Authenticate(secret); !ok {
+		t.Fatal("a failed read dropped the tokens")
+	}
+	// A revocation is seen at the next read.
+	fail = nil
+	tokens[0].RevokedAt = time.Now()
+	if err := k.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.Authenticate(secret); ok {
+		t.Fatal("a revoked token still works")
+	}
+}

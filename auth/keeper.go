@@ -1,0 +1,75 @@
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Keeper holds the current Set and refreshes it from the database, so that
+// requests are authenticated from memory, keep working from the last good
+// set while the database is down, and see a revocation within one refresh
+// interval.
+type Keeper struct {
+	list      func(context.Context) ([]Token, error)
+	bootstrap string
+	interval  time.Duration
+	log       *slog.Logger
+
+	set    atomic.Pointer[Set]
+	loaded atomic.Bool
+	// mu serialises refreshes, so that an older read never replaces a
+	// newer one.
+	mu     sync.Mutex
+	failed bool
+}
+
+// NewKeeper returns a Keeper that reads tokens with list every interval.
+// Until the first read, only the bootstrap secret (if any) works.
+func NewKeeper(list func(context.Context) ([]Token, error), bootstrap string, interval time.Duration, log *slog.Logger) *Keeper {
+	k := &Keeper{list: list, bootstrap: bootstrap, interval: interval, log: log}
+	k.set.Store(NewSet(nil, bootstrap))
+	return k
+}
+
+// Authenticate returns the principal of a secret.
+func (k *Keeper) Authenticate(secret string) (Principal, bool) {
+	return k.set.Load().Authenticate(secret)
+}
+
+// Loaded reports whether the tokens have been read at least once.
+func (k *Keeper) Loaded() bool { return k.loaded.Load() }
+
+// Refresh reads the tokens now.
+func (k *Keeper) Refresh(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	tokens, err := k.list(ctx)
+	if err != nil {
+		if !k.failed {
+			k.log.Warn("reading tokens failed; the last known tokens stay in force", "err", err)
+		}
+		k.failed = true
+		return err
+	}
+	k.failed = false
+	k.set.Store(NewSet(tokens, k.bootstrap))
+	k.loaded.Store(true)
+	return nil
+}
+
+// Run refreshes every interval until ctx ends.
+func (k *Keeper) Run(ctx context.Context) {
+	t := time.NewTicker(k.interval)
+	defer t.Stop()
+	for {
+		_ = k.Refresh(ctx) // failures are logged and retried on the next tick
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
