@@ -121,6 +121,21 @@ func (f IDFormat) Canonical(id string) (string, error) {
 	}
 }
 
+// CanonicalOverride is Canonical for the bucket id of an override. The
+// per-account formats (reg_id_domain, reg_id_fqdn_set) also accept a bare
+// registration id: an account-wide override, which applies to every bucket
+// of the account that has no override of its own, as Let's Encrypt's
+// overrides of FailedAuthorizationsPerDomainPerAccount are written.
+func (f IDFormat) CanonicalOverride(id string) (string, error) {
+	if f.accountWide() && !strings.Contains(id, ":") {
+		return canonicalRegID(id)
+	}
+	return f.Canonical(id)
+}
+
+// accountWide reports whether overrides of f may cover a whole account.
+func (f IDFormat) accountWide() bool { return f == RegIDDomain || f == RegIDFQDNSet }
+
 // Bounds of the formats. DNS limits a name to 253 bytes in text form and a
 // label to 63; a set holds as many names as one certificate order may.
 const (

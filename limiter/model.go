@@ -59,7 +59,8 @@ type Override struct {
 	// ID is opaque to clients.
 	ID    string
 	Limit string
-	// BucketID is canonical under the limit's IDFormat.
+	// BucketID is canonical under the limit's IDFormat, or, for the
+	// per-account formats, a bare registration id covering the account.
 	BucketID string
 	// Params are ignored when Unlimited; a Burst of 0 blocks the bucket.
 	Params
@@ -85,7 +86,7 @@ func (o *Override) Normalize(l Limit) []FieldError {
 	if o.Limit != l.Name {
 		ve.Add("limit", "does not name the limit given")
 	}
-	if id, err := l.IDFormat.Canonical(o.BucketID); err != nil {
+	if id, err := l.IDFormat.CanonicalOverride(o.BucketID); err != nil {
 		ve.Add("bucket_id", err.Error())
 	} else {
 		o.BucketID = id

@@ -112,9 +112,14 @@ func (s *Snapshot) resolve(buf []byte, name, bucketID string, nowUS int64) (Reso
 	}
 	key := appendKey(buf, e.prefix, e.IDFormat, id)
 	r := Resolution{Limit: &e.Limit, BucketID: id, Params: e.Params, Source: SourceDefault}
-	k := key[len(buf):]
-	o, ok := s.shards[shardOf(k)][string(k)]
-	if ok && (o.expires == 0 || nowUS < o.expires) {
+	o, ok := s.override(key[len(buf):], nowUS)
+	if !ok && e.IDFormat.accountWide() {
+		// The account's override, keyed like a bucket whose id is the
+		// registration id alone; built after key, so buf is not disturbed.
+		account, _, _ := strings.Cut(id, ":")
+		o, ok = s.override(appendKey(key, e.prefix, e.IDFormat, account)[len(key):], nowUS)
+	}
+	if ok {
 		if o.unlimited {
 			r.Source = SourceUnlimited
 		} else {
@@ -122,6 +127,12 @@ func (s *Snapshot) resolve(buf []byte, name, bucketID string, nowUS int64) (Reso
 		}
 	}
 	return r, key, nil
+}
+
+// override returns the override of a key if it applies at nowUS.
+func (s *Snapshot) override(key []byte, nowUS int64) (overrideEntry, bool) {
+	o, ok := s.shards[shardOf(key)][string(key)]
+	return o, ok && (o.expires == 0 || nowUS < o.expires)
 }
 
 // shardOf hashes a key with FNV-1a, small enough to be inlined.

@@ -198,3 +198,41 @@ func TestPutLimitRefusesATakenEnum(t *testing.T) {
 		t.Fatalf("an override of an unknown limit: %v", err)
 	}
 }
+
+// TestAccountWideOverride: an override of a per-account limit written with
+// the registration id alone covers every bucket of the account that has no
+// override of its own, as Boulder's overrides of these limits are written.
+func TestAccountWideOverride(t *testing.T) {
+	l := limiter.Limit{Name: "FailedAuthorizationsPerDomainPerAccount", Enum: 4, IDFormat: limiter.RegIDDomain,
+		Params: limiter.Params{Burst: 5, Count: 5, Period: time.Hour}}
+	account := override(l.Name, "0042", 50)
+	if fe := account.Normalize(l); len(fe) > 0 || account.BucketID != "42" {
+		t.Fatalf("an account-wide id: %v %q", fe, account.BucketID)
+	}
+	own := override(l.Name, "42:Example.COM", 7)
+	if fe := own.Normalize(l); len(fe) > 0 || own.BucketID != "42:example.com" {
+		t.Fatalf("a bucket's own id: %v %q", fe, own.BucketID)
+	}
+	s := build(t, []limiter.Limit{l}, account, own)
+	for _, tc := range []struct {
+		id    string
+		burst int64
+	}{
+		{"42:example.com", 7},   // its own override wins
+		{"42:example.org", 50},  // the account's
+		{"042:EXAMPLE.net", 50}, // in any notation
+		{"43:example.org", 5},   // another account: the default
+	} {
+		if got := resolve(t, s, l.Name, tc.id, t0).Params.Burst; got != tc.burst {
+			t.Errorf("%s: burst %d, want %d", tc.id, got, tc.burst)
+		}
+	}
+	if _, err := s.Resolve(l.Name, "42", t0); err == nil {
+		t.Error("a decision on a bare account id was accepted; decisions name a bucket")
+	}
+	plain := orders()
+	bare := override(plain.Name, "x:1", 1)
+	if fe := bare.Normalize(plain); len(fe) == 0 {
+		t.Error("reg_id accepted an id with a colon")
+	}
+}

@@ -1,0 +1,198 @@
+// Package limitfile reads and writes limits and overrides as YAML files in
+// the formats of Let's Encrypt's Boulder, so that a Boulder deployment's
+// configuration can be imported as it is and ours exported in a form people
+// already know.
+//
+// Two kinds of document exist. Defaults is a map from limit name to its
+// parameters:
+//
+//	NewOrdersPerAccount:
+//	  burst: 300
+//	  count: 300
+//	  period: 3h
+//
+// Overrides is either Boulder's list format, one single-key map per entry
+// whose ids share the entry's parameters,
+//
+//	# the list format
+//	- NewOrdersPerAccount:
+//	    burst: 3000
+//	    count: 3000
+//	    period: 3h
+//	    ids:
+//	      - "12345"
+//	      - id: "67890"
+//	        comment: a big customer
+//
+// or Boulder's older map format, keyed by the limit name and the bucket id
+// joined by the first colon:
+//
+//	NewOrdersPerAccount:12345: {burst: 3000, count: 3000, period: 3h}
+//
+// An import is all or nothing: every entry is checked first, against the
+// limits already stored, and any bad entry means nothing is written and
+// every problem is reported with its line.
+package limitfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Kind says which document a file holds; a file never mixes them, because
+// Boulder keeps defaults and overrides in separate files too.
+type Kind string
+
+// The kinds of document.
+const (
+	// Defaults documents hold limits: names, id formats and default parameters.
+	Defaults Kind = "defaults"
+	// Overrides documents hold per-bucket parameters of existing limits.
+	Overrides Kind = "overrides"
+)
+
+// ParseKind turns the kind named by a query parameter or a command-line
+// flag into a Kind, with an error message fit for the person who typed it.
+func ParseKind(s string) (Kind, error) {
+	switch k := Kind(s); k {
+	case Defaults, Overrides:
+		return k, nil
+	case "":
+		return "", errors.New(`kind is missing: want "defaults" or "overrides"`)
+	}
+	return "", fmt.Errorf(`kind %q is unknown: want "defaults" or "overrides"`, clip(s))
+}
+
+// Store is what import and export need of the database; *db.DB satisfies it.
+// It is an interface so that the REST API and the command line share one
+// implementation of the whole flow, and tests can run it without a database.
+type Store interface {
+	// ListLimits returns every limit.
+	ListLimits(ctx context.Context) ([]limiter.Limit, error)
+	// OverrideCounts returns the number of overrides of each limit that has any.
+	OverrideCounts(ctx context.Context) (map[string]int, error)
+	// Import writes limits and overrides in one transaction, or with dryRun
+	// only counts what it would write.
+	Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
+	// Full streams every limit, then every enabled override.
+	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
+}
+
+// EntryError is a bad entry of a document. Import returns these apart from
+// its error, because they are the uploader's to fix (the REST API answers
+// them with 422) while the error is the server's.
+type EntryError struct {
+	// Line is the 1-based line of the problem: the entry's first line, or,
+	// when one field or id of the entry is at fault, that field's or id's
+	// line, so that an error in a list of thousands of ids can be found. It
+	// is 0 when the document does not parse into entries.
+	Line int `json:"line"`
+	// Entry is the entry's key, e.g. "NewOrdersPerAccount" or
+	// "NewOrdersPerAccount:12345" (in the list format, the limit name and,
+	// for a problem with one id, that id as written). It is "" for a problem
+	// of the whole document.
+	Entry string `json:"entry"`
+	// Message says what is wrong, naming the field, e.g.
+	// "burst: must be at least 1" or "ids[2]: must be a positive decimal integer".
+	Message string `json:"message"`
+}
+
+// Error formats e as "line 3: NewOrdersPerAccount: burst: must be at least 1",
+// the form the command line prints.
+func (e EntryError) Error() string {
+	s := ""
+	if e.Line > 0 {
+		s = "line " + strconv.Itoa(e.Line) + ": "
+	}
+	if e.Entry != "" {
+		s += e.Entry + ": "
+	}
+	return s + e.Message
+}
+
+// Import parses data as a document of the given kind, checks every entry
+// against Let's Encrypt's catalogue and the limits in st, and writes all of
+// them in one call of st.Import, or nothing. When any entry is bad it
+// returns every EntryError, sorted by line, and writes nothing; the error is
+// for failures of st (or a bad kind), never for the document.
+//
+// A defaults entry describes a whole limit, but what it leaves out of an
+// existing limit stays as it is: its id format, enum, description and shadow
+// flag, so that a Boulder file, which knows none of them, can be imported
+// over limits configured here. Overrides name existing limits only; an
+// override that exists keeps its enabled flag and expiry (see
+// db.DB.Import). A key without a value is as if it were not there, and an
+// empty document writes nothing. YAML aliases are refused: they would let a
+// small document stand for millions of overrides, and no export has them.
+//
+// The checks read st before the write, so a limit changed in between can
+// still make st.Import fail with a conflict; it then writes nothing either.
+func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
+	if _, err := ParseKind(string(kind)); err != nil {
+		return limiter.ImportCounts{}, nil, err
+	}
+	root, bad := decode(data)
+	if bad != nil {
+		return limiter.ImportCounts{}, []EntryError{*bad}, nil
+	}
+	if root == nil {
+		return limiter.ImportCounts{}, nil, nil
+	}
+	stored, err := st.ListLimits(ctx)
+	if err != nil {
+		return limiter.ImportCounts{}, nil, err
+	}
+	var (
+		limits    []limiter.Limit
+		overrides []limiter.Override
+		errs      []EntryError
+	)
+	if kind == Defaults {
+		counts, err := st.OverrideCounts(ctx)
+		if err != nil {
+			return limiter.ImportCounts{}, nil, err
+		}
+		limits, errs = readDefaults(root, stored, counts)
+	} else {
+		overrides, errs = readOverrides(root, stored)
+	}
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b EntryError) int { return a.Line - b.Line })
+		return limiter.ImportCounts{}, errs, nil
+	}
+	if len(limits) == 0 && len(overrides) == 0 {
+		return limiter.ImportCounts{}, nil, nil
+	}
+	counts, err := st.Import(ctx, actor, limits, overrides, dryRun)
+	if err != nil {
+		return limiter.ImportCounts{}, nil, err
+	}
+	return counts, nil, nil
+}
+
+// Export writes the limits (Defaults) or the enabled overrides (Overrides)
+// of st in the format Import reads, so that importing an export changes
+// nothing: every entry is counted unchanged. The output is deterministic:
+// limits sorted by name, overrides grouped by limit and parameters, ids
+// sorted.
+//
+// Boulder's formats cannot say that an override is disabled or when it
+// expires, so disabled overrides are left out and enabled ones are written
+// without their expiry: imported into another database they would apply
+// for ever. An override that has expired but is still enabled is written
+// like any other, since Export reads no clock.
+func Export(ctx context.Context, st Store, kind Kind) ([]byte, error) {
+	switch kind {
+	case Defaults:
+		return exportDefaults(ctx, st)
+	case Overrides:
+		return exportOverrides(ctx, st)
+	}
+	_, err := ParseKind(string(kind))
+	return nil, err
+}
