@@ -1,0 +1,208 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// badCase is a request body that must be refused.
+type badCase struct {
+	name   string
+	body   any
+	status int
+	// fields must all be named by the problem; none for a body that does
+	// not parse.
+	fields []string
+}
+
+// commonBad are the bodies every JSON write endpoint refuses the same way.
+func commonBad() []badCase {
+	return []badCase{
+		{"empty", "", 400, nil},
+		{"truncated", `{"a": `, 400, nil},
+		{"not json", `limit=1`, 400, nil},
+		{"two values", `{} {}`, 400, nil},
+		{"trailing comma", `{"a": 1,}`, 400, nil},
+		{"single quotes", `{'a': 1}`, 400, nil},
+		{"null", `null`, 400, []string{"body"}},
+		{"array", `[{}]`, 400, []string{"body"}},
+		{"string", `"x"`, 400, []string{"body"}},
+		{"unknown fields", `{"nope": 1, "Nope2": {"x": [1]}}`, 400, []string{"nope", "Nope2"}},
+		{"over the limit", `{"x": "` + strings.Repeat("a", 1<<20) + `"}`, 413, nil},
+	}
+}
+
+// writeEndpoint is a JSON write endpoint with its specific bad bodies.
+type writeEndpoint struct {
+	method, path string
+	bad          []badCase
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	e.limit("PerAccount", "reg_id", 5, 5, "5s")
+	e.limit("PerName", "domain", 5, 5, "5s")
+	o := e.override(obj{"limit": "PerAccount", "bucket_id": "1", "burst": 1, "count": 1, "period": "1s"})
+	e.waitLimit("PerName")
+	huge := `1e400`
+	big := `9223372036854775808`
+	endpoints := []writeEndpoint{
+		{"POST", "/v1/tokens", []badCase{
+			{"wrong types", `{"name": 5, "scope": ["admin"]}`, 400, []string{"name", "scope"}},
+			{"missing", `{}`, 422, []string{"name", "scope"}},
+			{"empty strings", `{"name": "", "scope": ""}`, 422, []string{"name", "scope"}},
+			{"unknown scope", `{"name": "a", "scope": "root"}`, 422, []string{"scope"}},
+			{"long name", `{"name": "` + strings.Repeat("é", 40) + `", "scope": "admin"}`, 422, []string{"name"}},
+			{"control character", `{"name": "a\u0007b", "scope": "admin"}`, 422, []string{"name"}},
+			{"null field", `{"name": null, "scope": "admin"}`, 400, []string{"name"}},
+		}},
+		{"PUT", "/v1/limits/NewLimit", []badCase{
+			{"wrong types", `{"id_format": 1, "burst": "5", "count": 1.5, "period": 5, "shadow": "yes", "enum": false}`, 400,
+				[]string{"id_format", "burst", "count", "period", "shadow", "enum"}},
+			{"huge numbers", `{"id_format": "string", "burst": ` + huge + `, "count": ` + big + `, "period": "1s"}`, 400, []string{"burst", "count"}},
+			{"negative numbers", `{"id_format": "string", "burst": -1, "count": -5, "period": "-1s", "enum": -3}`, 422,
+				[]string{"burst", "count", "period", "enum"}},
+			{"zeros", `{"id_format": "string", "burst": 0, "count": 0, "period": "0s", "enum": 0}`, 422,
+				[]string{"burst", "count", "period", "enum"}},
+			{"missing", `{}`, 422, []string{"id_format", "burst", "count", "period"}},
+			{"empty strings", `{"id_format": "", "burst": 1, "count": 1, "period": ""}`, 422, []string{"id_format", "period"}},
+			{"bad values", `{"id_format": "email", "burst": 1, "count": 1, "period": "soon", "description": "` + strings.Repeat("x", 1001) + `"}`, 422,
+				[]string{"id_format", "period", "description"}},
+			{"too fast", `{"id_format": "string", "burst": 1, "count": 1000000000, "period": "1s"}`, 422, []string{"period", "count"}},
+			{"too long", `{"id_format": "string", "burst": 9000000000000000, "count": 1, "period": "1h"}`, 422, []string{"burst"}},
+			{"enum too big", `{"id_format": "string", "burst": 1, "count": 1, "period": "1s", "enum": 2147483648}`, 422, []string{"enum"}},
+			{"other name", `{"name": "Other", "id_format": "string", "burst": 1, "count": 1, "period": "1s"}`, 422, []string{"name"}},
+		}},
+		{"PUT", "/v1/limits/Zo%C3%AB", []badCase{
+			{"unicode name", `{"id_format": "string", "burst": 1, "count": 1, "period": "1s"}`, 422, []string{"name"}},
+		}},
+		{"PUT", "/v1/limits/" + strings.Repeat("a", 65), []badCase{
+			{"long name", `{"id_format": "string", "burst": 1, "count": 1, "period": "1s"}`, 422, []string{"name"}},
+		}},
+		{"POST", "/v1/overrides", []badCase{
+			{"wrong types", `{"limit": 1, "bucket_id": 2, "burst": "3", "unlimited": "no", "enabled": 1, "expires_at": 5, "comment": []}`, 400,
+				[]string{"limit", "bucket_id", "burst", "unlimited", "enabled", "expires_at", "comment"}},
+			{"huge numbers", `{"limit": "PerAccount", "bucket_id": "2", "burst": ` + huge + `, "count": ` + big + `, "period": "1s"}`, 400,
+				[]string{"burst", "count"}},
+			{"negative numbers", `{"limit": "PerAccount", "bucket_id": "-2", "burst": -1, "count": -1, "period": "-1s"}`, 422,
+				[]string{"bucket_id", "burst", "count", "period"}},
+			{"missing", `{}`, 422, []string{"limit", "bucket_id", "burst", "count", "period"}},
+			{"missing parameters", `{"limit": "PerAccount", "bucket_id": "2"}`, 422, []string{"burst", "count", "period"}},
+			{"parameters of unlimited", `{"limit": "PerAccount", "bucket_id": "2", "unlimited": true, "burst": 1}`, 422, []string{"burst"}},
+			{"empty strings", `{"limit": "", "bucket_id": "", "period": "", "unlimited": false, "burst": 1, "count": 1}`, 422,
+				[]string{"limit", "bucket_id", "period"}},
+			{"unknown limit", `{"limit": "Nope", "bucket_id": "2", "unlimited": true}`, 422, []string{"limit"}},
+			{"bad bucket id", `{"limit": "PerName", "bucket_id": "ünï..code", "unlimited": true}`, 422, []string{"bucket_id"}},
+			{"past expiry", `{"limit": "PerAccount", "bucket_id": "2", "unlimited": true, "expires_at": "2001-01-01T00:00:00Z"}`, 422,
+				[]string{"expires_at"}},
+			{"bad expiry", `{"limit": "PerAccount", "bucket_id": "2", "unlimited": true, "expires_at": "tomorrow"}`, 422, []string{"expires_at"}},
+			{"long comment", `{"limit": "PerAccount", "bucket_id": "2", "unlimited": true, "comment": "` + strings.Repeat("☃", 400) + `"}`, 422,
+				[]string{"comment"}},
+			{"duplicate", `{"limit": "PerAccount", "bucket_id": "0001", "unlimited": true}`, 409, nil},
+		}},
+		{"PATCH", "/v1/overrides/" + o["id"].(string), []badCase{
+			{"wrong types", `{"burst": "3", "count": true, "period": 5, "unlimited": 0, "enabled": "no", "comment": 1, "expires_at": []}`, 400,
+				[]string{"burst", "count", "period", "unlimited", "enabled", "comment", "expires_at"}},
+			{"huge numbers", `{"burst": ` + huge + `, "count": ` + big + `}`, 400, []string{"burst", "count"}},
+			{"negative numbers", `{"burst": -1, "count": -1, "period": "-1s"}`, 422, []string{"burst", "count", "period"}},
+			{"nothing", `{}`, 422, []string{"body"}},
+			{"null parameter", `{"burst": null}`, 400, []string{"burst"}},
+			{"empty strings", `{"period": "", "expires_at": ""}`, 422, []string{"period", "expires_at"}},
+			{"parameters of unlimited", `{"unlimited": true, "count": 5}`, 422, []string{"count"}},
+			{"past expiry", `{"expires_at": "1999-12-31T23:59:59+01:00"}`, 422, []string{"expires_at"}},
+			{"too fast", `{"count": 10000000, "period": "1s"}`, 422, []string{"count", "period"}},
+		}},
+	}
+	for _, op := range []string{"check", "spend", "refund"} {
+		endpoints = append(endpoints, writeEndpoint{"POST", "/v1/" + op, []badCase{
+			{"wrong types", `{"buckets": [{"limit": 1, "bucket_id": true, "cost": "1"}, 5]}`, 400,
+				[]string{"buckets[0].limit", "buckets[0].bucket_id", "buckets[0].cost", "buckets[1]"}},
+			{"buckets not an array", `{"buckets": {"limit": "PerAccount"}}`, 400, []string{"buckets"}},
+			{"huge cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": ` + huge + `}]}`, 400, []string{"buckets[0].cost"}},
+			{"fractional cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": 1.5}]}`, 400, []string{"buckets[0].cost"}},
+			{"null cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": null}]}`, 400, []string{"buckets[0].cost"}},
+			{"negative cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": -1}]}`, 422, []string{"buckets[0].cost"}},
+			{"missing", `{}`, 422, []string{"buckets"}},
+			{"empty strings", `{"buckets": [{"limit": "", "bucket_id": "1"}, {"limit": "PerAccount", "bucket_id": ""}]}`, 422,
+				[]string{"buckets[0].limit", "buckets[1].bucket_id"}},
+			{"unicode", `{"buckets": [{"limit": "Pér", "bucket_id": "1"}, {"limit": "PerName", "bucket_id": "☃☃"}]}`, 422,
+				[]string{"buckets[0].limit", "buckets[1].bucket_id"}},
+			{"duplicate", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1"}, {"limit": "PerAccount", "bucket_id": "01"}]}`, 422,
+				[]string{"buckets[1]"}},
+		}})
+	}
+	endpoints = append(endpoints, writeEndpoint{"POST", "/v1/buckets/reset", []badCase{
+		{"wrong types", `{"buckets": [{"limit": 1, "bucket_id": true}]}`, 400, []string{"buckets[0].limit", "buckets[0].bucket_id"}},
+		{"cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": 1}]}`, 400, []string{"buckets[0].cost"}},
+		{"missing", `{"buckets": []}`, 422, []string{"buckets"}},
+		{"empty strings", `{"buckets": [{"limit": "", "bucket_id": "1"}, {"limit": "PerAccount", "bucket_id": ""}]}`, 422,
+			[]string{"buckets[0].limit", "buckets[1].bucket_id"}},
+	}})
+
+	// A bucket to show that no refused decision spends.
+	e.decided("spend", e.admin, bucket("PerAccount", "77", 2))
+	before := e.rows()
+	for _, ep := range endpoints {
+		cases := append(commonBad(), ep.bad...)
+		for _, c := range cases {
+			t.Run(ep.method+" "+ep.path+"/"+c.name, func(t *testing.T) {
+				res := e.do(ep.method, ep.path, e.admin, c.body)
+				p := res.expect(t, c.status).problem(t)
+				if len(c.fields) > 0 {
+					wantFields(t, p, c.fields...)
+				}
+			})
+		}
+		t.Run(ep.method+" "+ep.path+"/media type", func(t *testing.T) {
+			for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin1", "", "application/json/x"} {
+				res := e.do(ep.method, ep.path, e.admin, `{}`, "Content-Type", ct)
+				res.expect(t, http.StatusUnsupportedMediaType).problem(t)
+			}
+		})
+	}
+	e.unchanged(before)
+	if r, _ := e.decided("check", e.admin, bucket("PerAccount", "77", 0)); r.Decisions[0].Remaining != 3 {
+		t.Errorf("a refused decision spent: %+v", r.Decisions[0])
+	}
+}
+
+// TestNonCanonicalInput shows that ids and periods in any notation are
+// accepted and answered canonical.
+func TestNonCanonicalInput(t *testing.T) {
+	e := newEnv(t)
+	l := e.limit("PerName", "domain", 5, 5, "300s")
+	if l["period"] != "5m0s" {
+		t.Errorf("period %v", l["period"])
+	}
+	e.limit("PerRange", "ipv6_range", 5, 5, "5s")
+	e.limit("PerSet", "fqdn_set", 5, 5, "5s")
+	cases := []struct{ limit, id, canonical string }{
+		{"PerName", "BÜCHER.Example.", "xn--bcher-kva.example"},
+		{"PerRange", "2001:DB8:0:0:1::1", "2001:db8::/48"},
+		{"PerSet", "b.example,A.example,b.example", "a.example,b.example"},
+	}
+	e.waitLimit("PerSet")
+	for _, c := range cases {
+		o := e.override(obj{"limit": c.limit, "bucket_id": c.id, "unlimited": true, "comment": "Grüße ☃"})
+		if o["bucket_id"] != c.canonical || o["comment"] != "Grüße ☃" {
+			t.Errorf("override of %s: %v", c.id, o)
+		}
+		r, _ := e.decided("check", e.admin, bucket(c.limit, c.id, 1))
+		if r.Decisions[0].BucketID != c.canonical {
+			t.Errorf("decision of %s: %+v", c.id, r.Decisions[0])
+		}
+	}
+	// Decisions for an override's other notation find it.
+	e.waitSource("PerName", "xn--bcher-kva.example", limiter.SourceUnlimited)
+	r, _ := e.decided("spend", e.admin, bucket("PerName", "bücher.example", 1000))
+	if r.Decisions[0].Source != "unlimited" {
+		t.Errorf("decision %+v", r.Decisions[0])
+	}
+	tok := e.do("POST", "/v1/tokens", e.admin, obj{"name": "Zoë ☃", "scope": "decide"}).expect(t, http.StatusCreated).object(t)
+	if tok["name"] != "Zoë ☃" {
+		t.Errorf("token %v", tok)
+	}
+}

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// decisionSeeds are bodies for the decoder fuzzer: the common form, and
+// everything near it that the fast decoder must leave to the generic one.
+var decisionSeeds = []string{
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":1}]}`,
+	` { "buckets" : [ { "cost" : 0 , "bucket_id" : "b" , "limit" : "L" } , {"limit":"M","bucket_id":"ü"} ] } `,
+	`{"buckets":[{"limit":"L","bucket_id":"\u0031"}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":01}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":1.0}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":-0}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":9223372036854775808}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":null}]}`,
+	`{"buckets":[{"limit":"L","limit":"M","bucket_id":"1"}]}`,
+	`{"buckets":[{"Limit":"L","bucket_id":"1"}]}`,
+	`{"buckets":[]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1"}],"buckets":[]}`,
+	"{\"buckets\":[{\"limit\":\"L\",\"bucket_id\":\"\xff\"}]}",
+	`{"buckets":[{"limit":"L","bucket_id":"1"}]} x`,
+	`{"buckets":[{"limit":"L","bucket_id":"1"},]}`,
+}
+
+// FuzzDecisionDecoder holds the fast decoder to the generic one: every body
+// it takes, the generic decoder takes too, without any field error, and
+// reads into the same requests.
+func FuzzDecisionDecoder(f *testing.F) {
+	for _, s := range decisionSeeds {
+		f.Add([]byte(s))
+	}
+	s := &Server{validate: newValidator()}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := decodeDecisions(body, nil, new(decisionScratch))
+		if !ok {
+			return
+		}
+		var req decisionRequest
+		var fs fieldSet
+		if err := s.decode(body, &req, &fs); err != nil || !fs.empty() {
+			t.Fatalf("the fast decoder took %q, the generic one says %v %v", body, err, fs.err())
+		}
+		if generic := req.requests(nil); !reflect.DeepEqual(fast, generic) {
+			t.Fatalf("%q: fast %+v, generic %+v", body, fast, generic)
+		}
+	})
+}
+
+// FuzzDecisionJSON holds appendJSON to encoding/json.
+func FuzzDecisionJSON(f *testing.F) {
+	f.Add("NewOrdersPerAccount", "12345678", "3h0m0s", int64(3), true)
+	f.Add("L", "\"\\\x00\x1f\x7f<>&\u2028\u2029\xff\xfe☃", "", int64(-1), false)
+	f.Fuzz(func(t *testing.T, limit, id, period string, n int64, allowed bool) {
+		reason := limiter.ReasonLimited
+		r := decisionResult{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decisionResponse{
+			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Period: period, Source: limiter.Source(id)},
+			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
+		}}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want.Bytes())
+		}
+		empty := decisionResult{}
+		want.Reset()
+		_ = enc.Encode(&empty)
+		if got := empty.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("appendJSON of nothing: %s, want %s", got, want.Bytes())
+		}
+	})
+}

@@ -1,0 +1,317 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd"
+	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/loader"
+)
+
+// env is a whole service on a private database and store, served on a
+// loopback port. Every response a test receives through it is validated
+// against openapi.yaml.
+type env struct {
+	t       testing.TB
+	url     string
+	srv     *api.Server
+	db      *db.DB
+	limiter *limiter.Limiter
+	loader  *loader.Loader
+	keeper  *auth.Keeper
+	clock   *clock
+	client  *http.Client
+	// admin is the bootstrap token.
+	admin string
+}
+
+// clock is the limiter's clock; tests move it to see buckets refill.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type envOptions struct {
+	postgres bool
+	failOpen bool
+	store    limiter.Store
+	web      fs.FS
+}
+
+// envOption changes how newEnv builds the service.
+type envOption func(*envOptions)
+
+// onPostgres runs the service on a fresh Postgres database instead of SQLite.
+func onPostgres() envOption { return func(o *envOptions) { o.postgres = true } }
+
+// failOpen answers allowed and degraded when the store fails.
+func failOpen() envOption { return func(o *envOptions) { o.failOpen = true } }
+
+// withStore replaces the in-process store.
+func withStore(s limiter.Store) envOption { return func(o *envOptions) { o.store = s } }
+
+// withWeb serves the admin page's files from web.
+func withWeb(web fs.FS) envOption { return func(o *envOptions) { o.web = web } }
+
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	var o envOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dbURL := "sqlite:" + t.TempDir() + "/ratelimitd.db"
+	if o.postgres {
+		dbURL = testenv.Postgres(t)
+	}
+	d, err := db.Open(ctx, dbURL, db.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o.store == nil {
+		ms := memstore.New(memstore.Options{})
+		t.Cleanup(ms.Close)
+		o.store = ms
+	}
+	c := &clock{now: time.Now().Truncate(time.Millisecond)}
+	lim := limiter.New(limiter.Config{Store: o.store, Now: c.Now, FailOpen: o.failOpen, DeniedCacheSize: 1000, Logger: log})
+	ld := loader.New(loader.Config{Source: d, Target: lim, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
+	admin, _ := auth.NewSecret()
+	keeper := auth.NewKeeper(d.ListTokens, admin, 100*time.Millisecond, log)
+	// Read the tokens once before serving, so that /readyz is ready as soon
+	// as the snapshot is.
+	if err := keeper.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = ld.Run(ctx) }()
+	go func() { defer wg.Done(); keeper.Run(ctx) }()
+
+	srv := api.New(api.Config{
+		DB: d, Limiter: lim, Auth: keeper, Status: ld.Status,
+		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
+		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
+	})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		wg.Wait()
+		_ = d.Close()
+	})
+	select {
+	case <-ld.Loaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loader did not load")
+	}
+	return &env{t: t, url: hs.URL, srv: srv, db: d, limiter: lim, loader: ld, keeper: keeper, clock: c,
+		client: &http.Client{Transport: validating(t, http.DefaultTransport)}, admin: admin}
+}
+
+// withT returns a copy of e that reports to t, for a fuzz target's
+// iterations, which may not report to the target's testing.F.
+func (e *env) withT(t *testing.T) *env {
+	c := *e
+	c.t = t
+	c.client = &http.Client{Transport: validating(t, http.DefaultTransport)}
+	return &c
+}
+
+// response is a received response with its body read.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// json decodes the body into v, failing the test when it does not fit.
+func (r *response) json(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decoding %s: %v", r.body, err)
+	}
+}
+
+// problem decodes a problem+json body.
+func (r *response) problem(t testing.TB) api.Problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q, want application/problem+json; body %s", ct, r.body)
+	}
+	var p api.Problem
+	r.json(t, &p)
+	return p
+}
+
+// do sends a request with token (none when empty); body is JSON-encoded
+// unless it is a string or []byte, which are sent as they are.
+func (e *env) do(method, path, token string, body any, header ...string) *response {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &response{status: res.StatusCode, header: res.Header, body: raw}
+}
+
+// token creates a token of scope through the API and returns its secret.
+func (e *env) token(name string, scope auth.Scope) string {
+	e.t.Helper()
+	res := e.do("POST", "/v1/tokens", e.admin, map[string]any{"name": name, "scope": scope})
+	if res.status != http.StatusCreated {
+		e.t.Fatalf("creating a token: %d %s", res.status, res.body)
+	}
+	var created struct{ Token string }
+	res.json(e.t, &created)
+	return created.Token
+}
+
+// spec is openapi.yaml, loaded once per test binary.
+var spec = sync.OnceValues(func() (routers.Router, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(ratelimitd.OpenAPI())
+	if err != nil {
+		return nil, err
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, err
+	}
+	for _, ct := range []string{"application/yaml", "text/html", "text/css", "text/javascript", "image/svg+xml"} {
+		openapi3filter.RegisterBodyDecoder(ct, func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+			b, err := io.ReadAll(r)
+			return string(b), err
+		})
+	}
+	return legacy.NewRouter(doc)
+})
+
+// validating checks every response that passes through it against
+// openapi.yaml: an undocumented route, status, header or body fails the test.
+func validating(t testing.TB, next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		res, err := next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		router, err := spec()
+		if err != nil {
+			t.Fatalf("openapi.yaml: %v", err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		// openapi.yaml's server is "/": the legacy router matches the
+		// path alone, without scheme and host.
+		pathOnly := req.Clone(req.Context())
+		pathOnly.URL = &url.URL{Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+		// A path parameter holds one segment, but the admin page's files
+		// may nest and the page itself has an empty path: every file is
+		// the one operation /admin/{path}.
+		if strings.HasPrefix(req.URL.Path, "/admin/") {
+			pathOnly.URL = &url.URL{Path: "/admin/file"}
+		}
+		// A 405 answers an operation that does not exist, so openapi.yaml
+		// has nothing to say of it (the legacy router may still match the
+		// path of another operation, as /v1/limits matches /v1/limits/{name}).
+		if res.StatusCode == http.StatusMethodNotAllowed {
+			return res, nil
+		}
+		route, params, err := router.FindRoute(pathOnly)
+		if err != nil {
+			if res.StatusCode != http.StatusNotFound && res.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s answered %d but is not in openapi.yaml: %v", req.Method, req.URL.Path, res.StatusCode, err)
+			}
+			return res, nil
+		}
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: pathOnly, PathParams: params, Route: route},
+			Status:                 res.StatusCode,
+			Header:                 res.Header,
+			Body:                   io.NopCloser(bytes.NewReader(body)),
+			Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		}
+		if err := openapi3filter.ValidateResponse(req.Context(), in); err != nil {
+			t.Errorf("%s %s: the %d response does not match openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, res.StatusCode, err, body)
+		}
+		return res, nil
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Problem is an RFC 9457 problem detail, the body of every error.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// RequestID is also in the X-Request-Id header and in the log.
+	RequestID string `json:"request_id"`
+	// Errors lists every bad field of a 400 or 422.
+	Errors []limiter.FieldError `json:"errors,omitempty"`
+}
+
+// problemType is the stable identifier of each kind of problem.
+func problemType(status int) string {
+	names := map[int]string{
+		http.StatusBadRequest:            "bad-request",
+		http.StatusUnauthorized:          "unauthorized",
+		http.StatusForbidden:             "forbidden",
+		http.StatusNotFound:              "not-found",
+		http.StatusMethodNotAllowed:      "method-not-allowed",
+		http.StatusConflict:              "conflict",
+		http.StatusPreconditionFailed:    "precondition-failed",
+		http.StatusRequestEntityTooLarge: "payload-too-large",
+		http.StatusUnsupportedMediaType:  "unsupported-media-type",
+		http.StatusUnprocessableEntity:   "validation",
+		http.StatusServiceUnavailable:    "unavailable",
+	}
+	if name, ok := names[status]; ok {
+		return "urn:ratelimitd:problem:" + name
+	}
+	return "urn:ratelimitd:problem:internal"
+}
+
+// clientError carries a message meant for the client, and a kind that
+// decides the status.
+type clientError struct {
+	kind error
+	msg  string
+}
+
+func (e *clientError) Error() string { return e.msg }
+func (e *clientError) Unwrap() error { return e.kind }
+
+// errorf returns an error of the given kind whose message is shown to the
+// client as the problem's detail.
+func errorf(kind error, format string, args ...any) error {
+	return &clientError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// Error kinds of the HTTP layer; the domain's sentinels cover the rest.
+var (
+	errBadRequest       = errors.New("bad request")
+	errUnauthorized     = errors.New("unauthorized")
+	errForbidden        = errors.New("forbidden")
+	errTooLarge         = errors.New("body too large")
+	errUnsupportedMedia = errors.New("unsupported media type")
+)
+
+// problemFor maps an error to its problem: the one place where errors meet
+// HTTP statuses. Messages of client errors and of the domain's not-found,
+// conflict and precondition errors are written for clients; anything else
+// is internal and masked.
+func problemFor(err error) Problem {
+	var (
+		ve    *limiter.ValidationError
+		se    *shapeError
+		ie    *importFailure
+		ce    *clientError
+		he    *echo.HTTPError
+		p     Problem
+		field []limiter.FieldError
+	)
+	switch {
+	case errors.As(err, &se):
+		p.Status, p.Detail, field = http.StatusBadRequest, "the body has the wrong shape", se.fields
+	case errors.As(err, &ve):
+		p.Status, p.Detail, field = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
+	case errors.As(err, &ie):
+		p.Status, p.Detail = http.StatusUnprocessableEntity, ie.detail()
+	case errors.As(err, &ce):
+		p.Status, p.Detail = statusOf(ce.kind), ce.msg
+	case errors.Is(err, limiter.ErrNotFound), errors.Is(err, limiter.ErrConflict), errors.Is(err, limiter.ErrPrecondition):
+		// The database words these for clients: they name the entities
+		// involved and never hold SQL.
+		p.Status, p.Detail = statusOf(err), err.Error()
+	case errors.Is(err, limiter.ErrUnavailable):
+		// The chain may hold driver text: say only what is unavailable.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "a backend this request needs is unavailable; retry later"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// A backend too slow to answer, or a client that went away: either
+		// way the request may be retried, and it is not a bug of ours.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "the request was cancelled or timed out; retry later"
+	case errors.As(err, &he) && he.Code < 500:
+		p.Status, p.Detail = he.Code, fmt.Sprint(he.Message)
+	default:
+		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
+	}
+	p.Type, p.Title, p.Errors = problemType(p.Status), http.StatusText(p.Status), field
+	return p
+}
+
+// statusOf returns the status of an error kind, the HTTP layer's and the
+// domain's alike; 500 for none.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errUnsupportedMedia):
+		return http.StatusUnsupportedMediaType
+	case errors.Is(err, limiter.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, limiter.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, limiter.ErrPrecondition):
+		return http.StatusPreconditionFailed
+	case errors.Is(err, limiter.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// handleError renders every error returned by a handler or middleware.
+// Server errors are logged with their whole chain under the request id
+// that the client sees.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	p := problemFor(err)
+	p.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
+	if p.Status >= 500 {
+		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
+			slog.String("request_id", p.RequestID), slog.String("method", c.Request().Method),
+			slog.String("path", c.Path()), slog.Int("status", p.Status), slog.Any("err", err))
+	}
+	if p.Status == http.StatusServiceUnavailable {
+		c.Response().Header().Set("Retry-After", "1")
+	}
+	var body any = p
+	var ie *importFailure
+	if errors.As(err, &ie) {
+		body = ie.problem(p)
+	}
+	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+	c.Response().WriteHeader(p.Status)
+	if c.Request().Method == http.MethodHead {
+		return
+	}
+	if err := jsonEncode(c.Response(), body); err != nil {
+		s.log.Warn("writing a problem", "err", err)
+	}
+}
+
+// fieldSet collects the field errors of one request from every check that
+// looks at it: the decoder's validate tags, the converters and the domain.
+// A field keeps its first error only, so that a bound both a tag and the
+// domain check is reported once, and "is required" is not followed by the
+// domain's complaint about the zero value that stood in for the field.
+type fieldSet struct {
+	fields []limiter.FieldError
+	// seen indexes fields by name: a body of many buckets can hold
+	// thousands of errors.
+	seen map[string]struct{}
+}
+
+// add records that field is invalid, unless it already is.
+func (f *fieldSet) add(field, message string) {
+	if f.has(field) {
+		return
+	}
+	if f.seen == nil {
+		f.seen = map[string]struct{}{}
+	}
+	f.seen[field] = struct{}{}
+	f.fields = append(f.fields, limiter.FieldError{Field: field, Message: message})
+}
+
+// merge adds every field error of fields whose field is not invalid yet.
+func (f *fieldSet) merge(fields []limiter.FieldError) {
+	for _, fe := range fields {
+		f.add(fe.Field, fe.Message)
+	}
+}
+
+// has reports whether field is invalid already.
+func (f *fieldSet) has(field string) bool {
+	_, ok := f.seen[field]
+	return ok
+}
+
+// empty reports whether no field is invalid.
+func (f *fieldSet) empty() bool { return len(f.fields) == 0 }
+
+// clone returns an independent copy of f.
+func (f *fieldSet) clone() fieldSet {
+	var c fieldSet
+	c.merge(f.fields)
+	return c
+}
+
+// err returns the collected errors as one *limiter.ValidationError (a
+// 422), or nil when there are none.
+func (f *fieldSet) err() error {
+	if len(f.fields) == 0 {
+		return nil
+	}
+	return &limiter.ValidationError{Fields: slices.Clone(f.fields)}
+}

@@ -1,0 +1,108 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limitfile"
+)
+
+// importResult is the answer of an import that wrote, or in a dry run
+// would write, everything.
+type importResult struct {
+	Created   int                    `json:"created"`
+	Updated   int                    `json:"updated"`
+	Unchanged int                    `json:"unchanged"`
+	Errors    []limitfile.EntryError `json:"errors"`
+}
+
+// toImportResult converts the counts of an import.
+func toImportResult(c limiter.ImportCounts) importResult {
+	return importResult{Created: c.Created, Updated: c.Updated, Unchanged: c.Unchanged, Errors: []limitfile.EntryError{}}
+}
+
+// importFailure is an import refused for bad entries; nothing was written.
+// Its problem lists the entries with their lines instead of fields.
+type importFailure struct {
+	entries []limitfile.EntryError
+}
+
+func (e *importFailure) Error() string {
+	return strconv.Itoa(len(e.entries)) + " invalid entries, the first: " + e.entries[0].Error()
+}
+
+func (e *importFailure) detail() string {
+	if len(e.entries) == 1 {
+		return "1 entry is invalid; nothing was written"
+	}
+	return strconv.Itoa(len(e.entries)) + " entries are invalid; nothing was written"
+}
+
+// importProblem is the body of a refused import: a problem with the
+// counts of an import, all zero, and the bad entries as its errors, which
+// take the place of the problem's field errors.
+type importProblem struct {
+	Problem
+	Created   int                    `json:"created"`
+	Updated   int                    `json:"updated"`
+	Unchanged int                    `json:"unchanged"`
+	Errors    []limitfile.EntryError `json:"errors"`
+}
+
+func (e *importFailure) problem(p Problem) importProblem {
+	return importProblem{Problem: p, Errors: e.entries}
+}
+
+// importFile reads limits or overrides in Boulder's YAML formats, all or
+// nothing.
+func (s *Server) importFile(c echo.Context) error {
+	var fs fieldSet
+	q := readQuery(c, &fs, "kind", "dry_run")
+	kind := kindParam(q)
+	dryRun := q.boolean("dry_run")
+	if err := fs.err(); err != nil {
+		return err
+	}
+	data, err := readBody(c.Request(), nil)
+	if err != nil {
+		return err
+	}
+	counts, entries, err := limitfile.Import(c.Request().Context(), s.cfg.DB, principal(c).Name, kind, data, dryRun != nil && *dryRun)
+	if err != nil {
+		return err
+	}
+	if len(entries) > 0 {
+		return &importFailure{entries: entries}
+	}
+	return writeJSON(c, http.StatusOK, toImportResult(counts))
+}
+
+// exportFile writes limits or overrides in the formats importFile reads.
+func (s *Server) exportFile(c echo.Context) error {
+	var fs fieldSet
+	kind := kindParam(readQuery(c, &fs, "kind"))
+	if err := fs.err(); err != nil {
+		return err
+	}
+	data, err := limitfile.Export(c.Request().Context(), s.cfg.DB, kind)
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, mediaYAML, data)
+}
+
+// kindParam reads the required kind parameter.
+func kindParam(q query) limitfile.Kind {
+	v := q.required("kind")
+	if v == "" {
+		return ""
+	}
+	kind, err := limitfile.ParseKind(v)
+	if err != nil {
+		q.fs.add("kind", `must be "defaults" or "overrides"`)
+	}
+	return kind
+}

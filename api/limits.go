@@ -1,0 +1,164 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// limitPutRequest is the body of PUT /v1/limits/{name}. A PUT replaces the
+// limit, so a missing description or shadow means "" and false.
+type limitPutRequest struct {
+	// Name may repeat the path's name; it is never a rename.
+	Name        *string `json:"name"`
+	Enum        *int    `json:"enum" validate:"omitempty,min=1,max=2147483647"`
+	IDFormat    *string `json:"id_format" validate:"required"`
+	Burst       *int64  `json:"burst" validate:"required,min=1"`
+	Count       *int64  `json:"count" validate:"required,min=1"`
+	Period      *string `json:"period" validate:"required"`
+	Description *string `json:"description"`
+	Shadow      *bool   `json:"shadow"`
+}
+
+// limit converts the request for the limit called name (from the path)
+// into a domain limit, adding every field error to fs.
+func (r *limitPutRequest) limit(name string, fs *fieldSet) limiter.Limit {
+	l := limiter.Limit{Name: name}
+	if r.Name != nil && *r.Name != name {
+		fs.add("name", "must be the name in the path, or left out; a limit cannot be renamed")
+	}
+	if r.Enum != nil {
+		l.Enum = *r.Enum
+	}
+	if r.IDFormat != nil {
+		l.IDFormat = limiter.IDFormat(*r.IDFormat)
+	}
+	if r.Burst != nil {
+		l.Burst = *r.Burst
+	}
+	if r.Count != nil {
+		l.Count = *r.Count
+	}
+	if r.Period != nil {
+		l.Period = parsePeriod(*r.Period, "period", fs)
+	}
+	if r.Description != nil {
+		l.Description = *r.Description
+	}
+	if r.Shadow != nil {
+		l.Shadow = *r.Shadow
+	}
+	fs.merge(l.Validate())
+	return l
+}
+
+// parsePeriod parses a Go duration, adding an error for field to fs when
+// it does not parse. Its range is the domain's to check.
+func parsePeriod(s, field string, fs *fieldSet) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		fs.add(field, `must be a Go duration such as "1s", "180m" or "168h"`)
+	}
+	return d
+}
+
+// limitResponse is a limit as the API shows it.
+type limitResponse struct {
+	Name          string           `json:"name"`
+	Enum          int              `json:"enum"`
+	IDFormat      limiter.IDFormat `json:"id_format"`
+	Burst         int64            `json:"burst"`
+	Count         int64            `json:"count"`
+	Period        string           `json:"period"`
+	Description   string           `json:"description"`
+	Shadow        bool             `json:"shadow"`
+	CreatedAt     time.Time        `json:"created_at"`
+	UpdatedAt     time.Time        `json:"updated_at"`
+	OverrideCount int              `json:"override_count"`
+}
+
+// toLimitResponse converts a stored limit and the number of its overrides.
+func toLimitResponse(l limiter.Limit, overrides int) limitResponse {
+	return limitResponse{
+		Name: l.Name, Enum: l.Enum, IDFormat: l.IDFormat,
+		Burst: l.Burst, Count: l.Count, Period: l.Period.String(),
+		Description: l.Description, Shadow: l.Shadow,
+		CreatedAt: l.CreatedAt.UTC(), UpdatedAt: l.UpdatedAt.UTC(), OverrideCount: overrides,
+	}
+}
+
+type limitListResponse struct {
+	Limits []limitResponse `json:"limits"`
+}
+
+// putLimit creates (201) or replaces (200) a limit. PUT is idempotent, so
+// a client that lost the answer may simply send it again.
+func (s *Server) putLimit(c echo.Context) error {
+	var req limitPutRequest
+	var fs fieldSet
+	if err := s.bind(c, &req, &fs); err != nil {
+		return err
+	}
+	l := req.limit(c.Param("name"), &fs)
+	if err := fs.err(); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	l, created, err := s.cfg.DB.PutLimit(ctx, principal(c).Name, l)
+	if err != nil {
+		return err
+	}
+	if created {
+		c.Response().Header().Set(echo.HeaderLocation, "/v1/limits/"+l.Name)
+		return writeJSON(c, http.StatusCreated, toLimitResponse(l, 0))
+	}
+	// Read after the write, in a second transaction: the count may be
+	// off by the overrides created in between, which is what any later
+	// read would show too. Should this read fail, the limit is written
+	// and a retry of the PUT answers 200 with the same result.
+	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, toLimitResponse(l, counts[l.Name]))
+}
+
+func (s *Server) listLimits(c echo.Context) error {
+	ctx := c.Request().Context()
+	limits, err := s.cfg.DB.ListLimits(ctx)
+	if err != nil {
+		return err
+	}
+	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	if err != nil {
+		return err
+	}
+	out := limitListResponse{Limits: make([]limitResponse, len(limits))}
+	for i, l := range limits {
+		out.Limits[i] = toLimitResponse(l, counts[l.Name])
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+func (s *Server) getLimit(c echo.Context) error {
+	ctx := c.Request().Context()
+	l, err := s.cfg.DB.GetLimit(ctx, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, toLimitResponse(l, counts[l.Name]))
+}
+
+func (s *Server) deleteLimit(c echo.Context) error {
+	if err := s.cfg.DB.DeleteLimit(c.Request().Context(), principal(c).Name, c.Param("name")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,165 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// The results decisions are counted by.
+const (
+	resultAllowed      = "allowed"
+	resultNearLimit    = "near_limit"
+	resultDenied       = "denied"
+	resultShadowDenied = "shadow_denied"
+	resultDegraded     = "degraded"
+)
+
+// metrics are the service's Prometheus metrics. Labels never hold a bucket
+// id or a raw path, so their number is bounded by the limits table and the
+// routes.
+type metrics struct {
+	decisionsTotal *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	handler        http.Handler
+	// codes are the status codes as label values, made once.
+	codes [600]string
+}
+
+// newMetrics registers the metrics in reg. now reads the clock for the
+// snapshot's age; started stands in for the time of a snapshot that never
+// loaded, so that an alert on the age fires when loading never succeeds.
+func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, started time.Time) *metrics {
+	m := &metrics{
+		decisionsTotal: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_decisions_total",
+			Help: "Bucket decisions by operation, limit and result: allowed, near_limit (allowed with at least 80% of the burst used), " +
+				"denied, shadow_denied (denied by a shadow limit, which lets the request through) or degraded (allowed while the store " +
+				"failed). For refunds, allowed means tokens were given back.",
+		}, []string{"op", "limit", "result"})),
+		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimitd_http_request_duration_seconds",
+			Help:    "HTTP request latencies by route pattern, method and status code.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"route", "method", "code"})),
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	for i := range m.codes {
+		m.codes[i] = strconv.Itoa(i)
+	}
+	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ratelimitd_store_errors_total",
+		Help: "Calls to the bucket store that failed.",
+	}, func() float64 { return float64(cfg.Limiter.Stats().StoreErrors) }))
+	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ratelimitd_denied_cache_hits_total",
+		Help: "Denials answered from the local cache of empty buckets, without the store.",
+	}, func() float64 { return float64(cfg.Limiter.Stats().DeniedCacheHit) }))
+	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimitd_snapshot_age_seconds",
+		Help: "Seconds since the snapshot of limits and overrides was last confirmed against the database; " +
+			"before the first load, seconds since the start.",
+	}, func() float64 {
+		synced := cfg.Status().SyncedAt
+		if synced.IsZero() {
+			synced = started
+		}
+		return now().Sub(synced).Seconds()
+	}))
+	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimitd_snapshot_version",
+		Help: "The database change sequence number the snapshot includes.",
+	}, func() float64 { return float64(cfg.Status().Version) }))
+	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimitd_snapshot_limits",
+		Help: "Limits in the snapshot.",
+	}, func() float64 { return float64(cfg.Status().Limits) }))
+	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimitd_snapshot_overrides",
+		Help: "Enabled overrides in the snapshot, expired ones included until the next full load.",
+	}, func() float64 { return float64(cfg.Status().Overrides) }))
+	register(reg, collectors.NewGoCollector())
+	register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// register adds c to reg and returns it. When an equal collector is
+// registered already, as when two servers share a registry, that one is
+// returned instead, so that both count into the same series.
+func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	if err != nil {
+		// Only a programming error (a clash of names or labels) gets
+		// here, and every test would see it.
+		panic(err)
+	}
+	return c
+}
+
+// decisions counts the decisions of a result.
+func (m *metrics) decisions(op limiter.Op, res limiter.Result) {
+	opName := op.String()
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		m.decisionsTotal.WithLabelValues(opName, d.Limit, resultLabel(d, res.Degraded)).Inc()
+	}
+}
+
+// resultLabel is the result label of a decision. Near the limit means,
+// as in Envoy's ratelimit, that at least 80% of the burst is used.
+func resultLabel(d *limiter.Decision, degraded bool) string {
+	switch {
+	case !d.Allowed && d.Shadow:
+		return resultShadowDenied
+	case !d.Allowed:
+		return resultDenied
+	case degraded && d.Source != limiter.SourceUnlimited:
+		return resultDegraded
+	case d.Params.Burst > 0 && (d.Params.Burst-d.Remaining)*5 >= d.Params.Burst*4:
+		return resultNearLimit
+	}
+	return resultAllowed
+}
+
+// request observes one HTTP request. route is the route's pattern ("" when
+// none matched), never the path, which can hold anything.
+func (m *metrics) request(route, method string, status int, took time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	code := "unknown"
+	if status >= 0 && status < len(m.codes) {
+		code = m.codes[status]
+	}
+	m.duration.WithLabelValues(route, methodLabel(method), code).Observe(took.Seconds())
+}
+
+// methodLabel bounds the method label: a client may send any token.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
+}
+
+// metricsHandler serves the registry in the Prometheus text format.
+func (s *Server) metricsHandler(c echo.Context) error {
+	s.metrics.handler.ServeHTTP(c.Response(), c.Request())
+	return nil
+}

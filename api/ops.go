@@ -1,0 +1,141 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// readyTimeout bounds the store's answer to a readiness probe: a store
+// that slow would fail decisions too.
+const readyTimeout = time.Second
+
+type healthResponse struct {
+	Status string `json:"status"`
+}
+
+// statusResponse is the answer of GET /v1/status.
+type statusResponse struct {
+	Snapshot snapshotStatus `json:"snapshot"`
+	Store    string         `json:"store"`
+	Database string         `json:"database"`
+	FailMode string         `json:"fail_mode"`
+}
+
+type snapshotStatus struct {
+	Loaded    bool       `json:"loaded"`
+	Version   int64      `json:"version"`
+	SyncedAt  *time.Time `json:"synced_at"`
+	AgeMS     int64      `json:"age_ms"`
+	Limits    int        `json:"limits"`
+	Overrides int        `json:"overrides"`
+	InStep    bool       `json:"in_step"`
+}
+
+// healthz says the process is up; it checks nothing else, so that an
+// orchestrator does not restart a replica for a database outage.
+func (s *Server) healthz(c echo.Context) error {
+	return writeJSON(c, http.StatusOK, healthResponse{Status: "ok"})
+}
+
+// readyz says whether this replica can decide: it has a snapshot of the
+// limits, knows the tokens and reaches the store. The database is not
+// asked: decisions go on from the snapshot while it is down.
+func (s *Server) readyz(c echo.Context) error {
+	switch {
+	case !s.cfg.Status().Loaded:
+		return errorf(limiter.ErrUnavailable, "no snapshot of the limits is loaded yet")
+	case !s.cfg.Auth.Loaded():
+		return errorf(limiter.ErrUnavailable, "the tokens have not been read yet")
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
+	defer cancel()
+	if err := s.cfg.Limiter.Ping(ctx); err != nil {
+		s.log.Warn("readiness: the store does not answer", "err", err)
+		return errorf(limiter.ErrUnavailable, "the store does not answer")
+	}
+	return writeJSON(c, http.StatusOK, healthResponse{Status: "ok"})
+}
+
+// status describes the snapshot in use and what backs the service.
+func (s *Server) status(c echo.Context) error {
+	st := s.cfg.Status()
+	out := statusResponse{
+		Snapshot: snapshotStatus{
+			Loaded: st.Loaded, Version: st.Version, Limits: st.Limits, Overrides: st.Overrides,
+			InStep: st.Err == nil,
+		},
+		Store: s.cfg.StoreName, Database: s.cfg.DatabaseName, FailMode: "closed",
+	}
+	if s.cfg.FailOpen {
+		out.FailMode = "open"
+	}
+	if !st.SyncedAt.IsZero() {
+		synced := st.SyncedAt.UTC()
+		out.Snapshot.SyncedAt = &synced
+		out.Snapshot.AgeMS = max(0, s.now().Sub(st.SyncedAt).Milliseconds())
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+// openAPI serves the contract.
+func (s *Server) openAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, mediaYAML, s.cfg.OpenAPI)
+}
+
+func (s *Server) adminRedirect(c echo.Context) error {
+	return c.Redirect(http.StatusMovedPermanently, "/admin/")
+}
+
+// adminCSP keeps the admin page, which handles tokens, from running any
+// script but its own files (no inline script an injection could add),
+// from being framed, and from posting anywhere else.
+const adminCSP = "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; " +
+	"base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+
+// adminFiles serves the admin page's files; the page itself at /admin/.
+// Directories are never listed.
+func (s *Server) adminFiles(c echo.Context) error {
+	h := c.Response().Header()
+	h.Set("Content-Security-Policy", adminCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	// The URL of the page stays here.
+	h.Set("Referrer-Policy", "no-referrer")
+	// Revalidated on every load, so that a deployment's new page is used
+	// at once.
+	h.Set("Cache-Control", "no-cache")
+	name := c.Param("*")
+	if name == "" {
+		name = "index.html"
+	}
+	if s.cfg.Web == nil || !fs.ValidPath(name) {
+		return echo.ErrNotFound
+	}
+	info, err := fs.Stat(s.cfg.Web, name)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && info.IsDir() {
+		return echo.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	body, err := fs.ReadFile(s.cfg.Web, name)
+	if err != nil {
+		return err
+	}
+	ct := mime.TypeByExtension(path.Ext(name))
+	if ct == "" {
+		ct = http.DetectContentType(body)
+	}
+	h.Set(echo.HeaderContentType, ct)
+	http.ServeContent(c.Response(), c.Request(), name, info.ModTime(), bytes.NewReader(body))
+	return nil
+}

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"github.com/ratelimitd/ratelimitd/auth"
+)
+
+// routes registers every route of the service; openapi.yaml describes each
+// one, and a test keeps the two in step. Route middleware runs in order:
+// the token first (401, 403), then the body's media type (415) and size
+// (413), so that nobody learns anything about a route they may not use.
+func (s *Server) routes() {
+	e := s.echo
+	admin := s.require(auth.Admin)
+	support := s.require(auth.Support)
+	decide := s.require(auth.Decide)
+	// A check spends nothing, and support staff look buckets up with it.
+	inspect := s.require(auth.Decide, auth.Support)
+	anyScope := s.require(auth.Admin, auth.Support, auth.Decide)
+	small := limitBody(maxBody)
+	json := requireMedia(mediaJSON)
+	patch := requireMedia(mediaJSON, mediaMergePatch)
+	yaml := requireMedia(mediaYAML, mediaTextYAML, mediaXYAML)
+
+	// Operations: no token, and nothing that names a bucket.
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.metricsHandler)
+	e.GET("/openapi.yaml", s.openAPI)
+	e.GET("/admin", s.adminRedirect)
+	e.GET("/admin/*", s.adminFiles)
+
+	v1 := e.Group("/v1")
+	v1.GET("/whoami", s.whoami, anyScope)
+	v1.GET("/status", s.status, anyScope)
+
+	v1.POST("/tokens", s.createToken, admin, json, small)
+	v1.GET("/tokens", s.listTokens, admin)
+	v1.DELETE("/tokens/:id", s.revokeToken, admin)
+
+	v1.PUT("/limits/:name", s.putLimit, admin, json, small)
+	v1.GET("/limits", s.listLimits, anyScope)
+	v1.GET("/limits/:name", s.getLimit, anyScope)
+	v1.DELETE("/limits/:name", s.deleteLimit, admin)
+
+	v1.POST("/overrides", s.createOverride, support, json, small)
+	v1.GET("/overrides", s.listOverrides, support)
+	v1.GET("/overrides/:id", s.getOverride, support)
+	v1.PATCH("/overrides/:id", s.patchOverride, support, patch, small)
+	v1.DELETE("/overrides/:id", s.deleteOverride, support)
+	v1.GET("/overrides/:id/history", s.overrideHistory, support)
+
+	v1.POST("/import", s.importFile, admin, yaml, limitBody(maxImportBody))
+	v1.GET("/export", s.exportFile, admin)
+
+	v1.POST("/check", s.check, inspect, json, small)
+	v1.POST("/spend", s.spend, decide, json, small)
+	v1.POST("/refund", s.refund, decide, json, small)
+	v1.POST("/buckets/reset", s.resetBuckets, support, json, small)
+}

@@ -1,0 +1,242 @@
+// Package api is the HTTP interface of ratelimitd: the REST API described
+// by openapi.yaml, the operational endpoints and the admin page's files. It
+// consumes small interfaces and never knows which database or store is
+// behind them.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/loader"
+)
+
+// Body limits: decisions and admin writes are small; imports may be large.
+const (
+	maxBody       = 1 << 20
+	maxImportBody = 10 << 20
+)
+
+// Database is the persistence the API needs; *db.DB is one, and its
+// methods document what each does. Errors wrap the limiter package's
+// sentinels (ErrNotFound, ErrConflict, ErrPrecondition, ErrUnavailable) or
+// are a *limiter.ValidationError, which is how they become statuses.
+type Database interface {
+	PutLimit(ctx context.Context, actor string, l limiter.Limit) (limiter.Limit, bool, error)
+	GetLimit(ctx context.Context, name string) (limiter.Limit, error)
+	ListLimits(ctx context.Context) ([]limiter.Limit, error)
+	OverrideCounts(ctx context.Context) (map[string]int, error)
+	DeleteLimit(ctx context.Context, actor, name string) error
+
+	CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error)
+	GetOverride(ctx context.Context, id string) (limiter.Override, error)
+	ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error)
+	UpdateOverride(ctx context.Context, actor, id string, ifVersion int64, change func(*limiter.Override) error) (limiter.Override, error)
+	DeleteOverride(ctx context.Context, actor, id string) error
+	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
+
+	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
+	ListTokens(ctx context.Context) ([]auth.Token, error)
+	RevokeToken(ctx context.Context, actor, id string) error
+
+	// Import and Full, with ListLimits and OverrideCounts, are what
+	// limitfile reads and writes through.
+	Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
+	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
+}
+
+// Decider answers decisions; *limiter.Limiter is one.
+type Decider interface {
+	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
+	Reset(ctx context.Context, reqs []limiter.Request) (int, error)
+	Snapshot() *limiter.Snapshot
+	Ping(ctx context.Context) error
+	Stats() limiter.Stats
+}
+
+// Authenticator knows the API tokens without asking the database on every
+// request; *auth.Keeper is one.
+type Authenticator interface {
+	Authenticate(secret string) (auth.Principal, bool)
+	// Refresh reloads the tokens at once, after this process changed them.
+	Refresh(ctx context.Context) error
+	// Loaded reports whether the tokens have been read once.
+	Loaded() bool
+}
+
+// Config wires a Server.
+type Config struct {
+	// DB holds limits, overrides, their history and tokens.
+	DB Database
+	// Limiter answers decisions from its snapshot and store.
+	Limiter Decider
+	// Auth authenticates bearer tokens.
+	Auth Authenticator
+	// Status reports the loader's snapshot; nil reports none loaded.
+	Status func() loader.Status
+	// Registry receives the metrics, the Go and process collectors
+	// included; /metrics serves it. A private one when nil.
+	Registry *prometheus.Registry
+	// OpenAPI is the contract served at /openapi.yaml.
+	OpenAPI []byte
+	// Web holds the admin page's files, served at /admin/; nil serves
+	// none.
+	Web fs.FS
+	// StoreName and DatabaseName say what backs the service, for
+	// /v1/status: "memory" or "redis", "sqlite" or "postgres".
+	StoreName    string
+	DatabaseName string
+	// FailOpen is the store failure policy, reported by /v1/status.
+	FailOpen bool
+	// Logger receives server errors with their request ids;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+	// Now reads the clock, for expiry checks and ages; time.Now when nil.
+	Now func() time.Time
+}
+
+// Server serves the API. It is an http.Handler.
+type Server struct {
+	cfg      Config
+	echo     *echo.Echo
+	log      *slog.Logger
+	now      func() time.Time
+	validate *validator.Validate
+	metrics  *metrics
+	// started is when the server was built, the age of a snapshot that
+	// has never loaded.
+	started time.Time
+	// scratch pools the working memory of decisions (*decisionScratch).
+	scratch sync.Pool
+
+	// requestPrefix and requestSeq make request ids unique across restarts
+	// and cheap to generate.
+	requestPrefix string
+	requestSeq    atomic.Uint64
+}
+
+// New builds the server and registers every route.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, validate: newValidator(), started: time.Now()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.cfg.Status == nil {
+		s.cfg.Status = func() loader.Status { return loader.Status{} }
+	}
+	if s.cfg.Registry == nil {
+		s.cfg.Registry = prometheus.NewRegistry()
+	}
+	s.scratch.New = func() any { return new(decisionScratch) }
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s.requestPrefix = hex.EncodeToString(b[:]) + "-"
+	s.metrics = newMetrics(s.cfg.Registry, s.cfg, s.now, s.started)
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	// observe is outside recover so that a panic is counted as the 500
+	// it becomes.
+	e.Use(s.requestID, s.observe, s.recover)
+	s.echo = e
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// Routes lists the registered routes as "METHOD /path/:param", in echo's
+// notation, for the test that keeps openapi.yaml in step.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+// requestID gives every request an id, in the X-Request-Id header of the
+// response and in every log line about it.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := s.requestPrefix + strconv.FormatUint(s.requestSeq.Add(1), 36)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+// observe times every request and counts it by route pattern, method and
+// status. It renders a handler's error itself, as echo would after it, so
+// that the status is known.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		s.metrics.request(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
+		return nil
+	}
+}
+
+// recover turns a panic into a 500, so that no input can stop the process;
+// the stack goes to the log under the request id.
+func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = &panicError{value: r, stack: stack()}
+			}
+		}()
+		return next(c)
+	}
+}
+
+// jsonEncode writes v as JSON without HTML escaping: responses are data,
+// not pages.
+func jsonEncode(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// writeJSON answers status with v as JSON.
+func writeJSON(c echo.Context, status int, v any) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	c.Response().WriteHeader(status)
+	return jsonEncode(c.Response(), v)
+}
+
+// panicError is a recovered panic, logged with its stack as an internal
+// error.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.value, e.stack) }
+
+func stack() string { return string(debug.Stack()) }

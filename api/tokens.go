@@ -1,0 +1,130 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratelimitd/ratelimitd/auth"
+)
+
+// tokenCreateRequest is the body of POST /v1/tokens. Fields are pointers
+// so that a missing field ("is required") differs from an empty one.
+type tokenCreateRequest struct {
+	Name  *string `json:"name" validate:"required"`
+	Scope *string `json:"scope" validate:"required,oneof=admin support decide"`
+}
+
+// token converts the request into a token to store, adding its field
+// errors to fs.
+func (r *tokenCreateRequest) token(fs *fieldSet) auth.Token {
+	var t auth.Token
+	if r.Name != nil {
+		t.Name = *r.Name
+		if msg := auth.NameProblem(t.Name); msg != "" {
+			fs.add("name", msg)
+		}
+	}
+	if r.Scope != nil {
+		t.Scope = auth.Scope(*r.Scope)
+	}
+	return t
+}
+
+// tokenResponse is a token as listed: never its secret or hash.
+type tokenResponse struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Scope     auth.Scope `json:"scope"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+// toTokenResponse converts a stored token for a listing.
+func toTokenResponse(t auth.Token) tokenResponse {
+	r := tokenResponse{ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt.UTC()}
+	if !t.RevokedAt.IsZero() {
+		revoked := t.RevokedAt.UTC()
+		r.RevokedAt = &revoked
+	}
+	return r
+}
+
+// tokenCreatedResponse is a new token with its secret, shown this once.
+type tokenCreatedResponse struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Scope     auth.Scope `json:"scope"`
+	CreatedAt time.Time  `json:"created_at"`
+	Token     string     `json:"token"`
+}
+
+type tokenListResponse struct {
+	Tokens []tokenResponse `json:"tokens"`
+}
+
+type principalResponse struct {
+	Name  string     `json:"name"`
+	Scope auth.Scope `json:"scope"`
+}
+
+// createToken stores a new token's hash and answers its secret once.
+func (s *Server) createToken(c echo.Context) error {
+	var req tokenCreateRequest
+	var fs fieldSet
+	if err := s.bind(c, &req, &fs); err != nil {
+		return err
+	}
+	t := req.token(&fs)
+	if err := fs.err(); err != nil {
+		return err
+	}
+	secret, hash := auth.NewSecret()
+	t.Hash = hash
+	ctx := c.Request().Context()
+	t, err := s.cfg.DB.CreateToken(ctx, principal(c).Name, t)
+	if err != nil {
+		return err
+	}
+	s.refreshTokens(c)
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/tokens/"+t.ID)
+	return writeJSON(c, http.StatusCreated, tokenCreatedResponse{
+		ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt.UTC(), Token: secret,
+	})
+}
+
+// refreshTokens makes a change of the tokens take effect in this process
+// at once; other replicas see it at their next refresh. The change is committed whatever happens here: when the refresh
+// fails, the keeper's next periodic refresh brings it, so the request
+// still succeeds.
+func (s *Server) refreshTokens(c echo.Context) {
+	if err := s.cfg.Auth.Refresh(c.Request().Context()); err != nil {
+		s.log.Warn("refreshing tokens after a change", "request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", err)
+	}
+}
+
+func (s *Server) listTokens(c echo.Context) error {
+	tokens, err := s.cfg.DB.ListTokens(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := tokenListResponse{Tokens: make([]tokenResponse, len(tokens))}
+	for i, t := range tokens {
+		out.Tokens[i] = toTokenResponse(t)
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+func (s *Server) revokeToken(c echo.Context) error {
+	if err := s.cfg.DB.RevokeToken(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
+		return err
+	}
+	s.refreshTokens(c)
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) whoami(c echo.Context) error {
+	p := principal(c)
+	return writeJSON(c, http.StatusOK, principalResponse{Name: p.Name, Scope: p.Scope})
+}
