@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/limitfile"
+)
+
+// cliActor is recorded as the actor of changes made from the command line,
+// which needs no token: it already holds the database's credentials.
+const cliActor = "cli"
+
+// command parses the flags of a subcommand (extra registers its own) and
+// opens the database without migrating, unless migrate is true.
+func command(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, migrate bool, extra func(*flag.FlagSet)) (*db.DB, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if extra != nil {
+		extra(fs)
+	}
+	cfg, rest, err := loadConfig(fs, args, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := openDB(ctx, cfg, newLogger(stderr, cfg.LogLevel), migrate)
+	return d, rest, err
+}
+
+// migrate applies pending migrations ("up") or shows the version ("status").
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	d, rest, err := command(ctx, "migrate", args, getenv, stderr, false, nil)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	action := "up"
+	if len(rest) > 0 {
+		action = rest[0]
+	}
+	switch action {
+	case "up":
+		if err := d.Migrate(ctx); err != nil {
+			return err
+		}
+	case "status":
+	default:
+		return fmt.Errorf("migrate: unknown action %q; want up or status", action)
+	}
+	current, latest, err := d.MigrationVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s database at migration %d of %d\n", d.Engine(), current, latest)
+	return nil
+}
+
+// importFile imports a YAML file, all or nothing.
+func importFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var kind string
+	var dryRun bool
+	d, rest, err := command(ctx, "import", args, getenv, stderr, true, func(fs *flag.FlagSet) {
+		fs.StringVar(&kind, "kind", "", "defaults or overrides")
+		fs.BoolVar(&dryRun, "dry-run", false, "validate and count, write nothing")
+	})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	k, err := limitfile.ParseKind(kind)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return errors.New("import: give exactly one FILE")
+	}
+	data, err := os.ReadFile(rest[0])
+	if err != nil {
+		return err
+	}
+	counts, entryErrs, err := limitfile.Import(ctx, d, cliActor, k, data, dryRun)
+	if err != nil {
+		return err
+	}
+	for _, e := range entryErrs {
+		fmt.Fprintf(stderr, "%s:%d: %s: %s\n", rest[0], e.Line, e.Entry, e.Message)
+	}
+	if len(entryErrs) > 0 {
+		return fmt.Errorf("import: %d bad entries; nothing was written", len(entryErrs))
+	}
+	verb := "imported"
+	if dryRun {
+		verb = "would import (dry run)"
+	}
+	fmt.Fprintf(stdout, "%s: %d created, %d updated, %d unchanged\n", verb, counts.Created, counts.Updated, counts.Unchanged)
+	return nil
+}
+
+// exportFile writes limits or overrides in the format import reads.
+func exportFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var kind, out string
+	d, _, err := command(ctx, "export", args, getenv, stderr, false, func(fs *flag.FlagSet) {
+		fs.StringVar(&kind, "kind", "", "defaults or overrides")
+		fs.StringVar(&out, "o", "", "write to this file instead of standard output")
+	})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	k, err := limitfile.ParseKind(kind)
+	if err != nil {
+		return err
+	}
+	data, err := limitfile.Export(ctx, d, k)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		_, err = stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(out, data, 0o644)
+}
+
+// token manages API tokens: create prints the secret once.
+func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("token: want create, list or revoke")
+	}
+	action, args := args[0], args[1:]
+	var name, scope string
+	var extra func(*flag.FlagSet)
+	if action == "create" {
+		extra = func(fs *flag.FlagSet) {
+			fs.StringVar(&name, "name", "", "the token's name, recorded as the actor of its changes")
+			fs.StringVar(&scope, "scope", "", "admin, support or decide")
+		}
+	}
+	d, rest, err := command(ctx, "token "+action, args, getenv, stderr, true, extra)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	switch action {
+	case "create":
+		if msg := auth.NameProblem(name); msg != "" {
+			return fmt.Errorf("token create: -name %s", msg)
+		}
+		if !auth.Scope(scope).Valid() {
+			return fmt.Errorf("token create: -scope must be admin, support or decide, got %q", scope)
+		}
+		secret, hash := auth.NewSecret()
+		t, err := d.CreateToken(ctx, cliActor, auth.Token{Name: name, Scope: auth.Scope(scope), Hash: hash})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "created token %s (%s, %s); its secret, shown only now:\n%s\n", t.ID, t.Name, t.Scope, secret)
+		return nil
+	case "list":
+		tokens, err := d.ListTokens(ctx)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tNAME\tSCOPE\tCREATED\tREVOKED")
+		for _, t := range tokens {
+			revoked := "-"
+			if !t.RevokedAt.IsZero() {
+				revoked = t.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, t.CreatedAt.Format(time.RFC3339), revoked)
+		}
+		return w.Flush()
+	case "revoke":
+		if len(rest) != 1 {
+			return errors.New("token revoke: give exactly one ID")
+		}
+		if err := d.RevokeToken(ctx, cliActor, rest[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "revoked token %s\n", rest[0])
+		return nil
+	}
+	return fmt.Errorf("token: unknown action %q; want create, list or revoke", action)
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
+)
+
+// setting is one configuration value: an environment variable, the flag
+// that overrides it, and its default. Secrets may also come from the file
+// named by the variable with _FILE appended, and are masked in logs.
+type setting struct {
+	env, flag, def, usage string
+	secret                bool
+}
+
+// settings lists every configuration value; the README's table follows it.
+var settings = []setting{
+	{env: "RATELIMIT_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "listen address"},
+	{env: "RATELIMIT_DATABASE_URL", flag: "database-url", def: "sqlite:ratelimitd.db", usage: `"postgres://..." or "sqlite:PATH"`, secret: true},
+	{env: "RATELIMIT_REDIS_URL", flag: "redis-url", def: "", usage: "redis://, redis+cluster:// or redis+sentinel:// URL; empty selects the in-process store", secret: true},
+	{env: "RATELIMIT_REDIS_PREFIX", flag: "redis-prefix", def: "rl:", usage: "prefix of every Redis key"},
+	{env: "RATELIMIT_REDIS_TIMEOUT", flag: "redis-timeout", def: "250ms", usage: "bound on every Redis call"},
+	{env: "RATELIMIT_BOOTSTRAP_TOKEN", flag: "bootstrap-token", def: "", usage: "a secret accepted as an admin token", secret: true},
+	{env: "RATELIMIT_SYNC_INTERVAL", flag: "sync-interval", def: "30s", usage: "period of the loader's full reload"},
+	{env: "RATELIMIT_FAIL_MODE", flag: "fail-mode", def: "open", usage: "when the store fails: open (allow, degraded) or closed (503)"},
+	{env: "RATELIMIT_DENIED_CACHE_SIZE", flag: "denied-cache-size", def: "100000", usage: "buckets known to be empty kept in memory; 0 disables"},
+	{env: "RATELIMIT_MIGRATE", flag: "migrate", def: "true", usage: "apply pending migrations on start"},
+	{env: "RATELIMIT_LOG_LEVEL", flag: "log-level", def: "info", usage: "debug, info, warn or error"},
+	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
+}
+
+// config is the validated configuration of a command.
+type config struct {
+	HTTPAddr        string
+	DatabaseURL     string
+	RedisURL        string
+	RedisPrefix     string
+	RedisTimeout    time.Duration
+	BootstrapToken  string
+	SyncInterval    time.Duration
+	FailOpen        bool
+	DeniedCacheSize int
+	Migrate         bool
+	LogLevel        slog.Level
+	ShutdownTimeout time.Duration
+
+	// raw holds every value as given, for logging.
+	raw map[string]string
+}
+
+// loadConfig reads the settings from flags (registered on fs and parsed
+// from args), then the environment, then the defaults, and validates all
+// of them, reporting every bad one at once. It returns the arguments left
+// after the flags.
+func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*config, []string, error) {
+	flags := make(map[string]*string, len(settings))
+	for _, s := range settings {
+		flags[s.flag] = fs.String(s.flag, "", s.usage+" ($"+s.env+", default "+strconv.Quote(s.def)+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	raw := make(map[string]string, len(settings))
+	var errs []error
+	for _, s := range settings {
+		v, err := value(s, *flags[s.flag], set[s.flag], getenv)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		raw[s.env] = v
+	}
+	c := &config{raw: raw, HTTPAddr: raw["RATELIMIT_HTTP_ADDR"], DatabaseURL: raw["RATELIMIT_DATABASE_URL"],
+		RedisURL: raw["RATELIMIT_REDIS_URL"], RedisPrefix: raw["RATELIMIT_REDIS_PREFIX"], BootstrapToken: raw["RATELIMIT_BOOTSTRAP_TOKEN"]}
+	bad := func(env, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{env}, args...)...))
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		bad("RATELIMIT_HTTP_ADDR", "want host:port, got %q", c.HTTPAddr)
+	}
+	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite:") {
+		bad("RATELIMIT_DATABASE_URL", `want "postgres://...", "postgresql://..." or "sqlite:PATH"`)
+	}
+	if c.RedisURL != "" {
+		if _, err := redisstore.ParseURL(c.RedisURL); err != nil {
+			bad("RATELIMIT_REDIS_URL", "%v", err)
+		}
+	}
+	duration := func(env string, into *time.Duration) {
+		d, err := time.ParseDuration(raw[env])
+		if err != nil || d <= 0 {
+			bad(env, "want a positive duration such as 250ms or 30s, got %q", raw[env])
+		}
+		*into = d
+	}
+	duration("RATELIMIT_REDIS_TIMEOUT", &c.RedisTimeout)
+	duration("RATELIMIT_SYNC_INTERVAL", &c.SyncInterval)
+	duration("RATELIMIT_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	switch raw["RATELIMIT_FAIL_MODE"] {
+	case "open":
+		c.FailOpen = true
+	case "closed":
+	default:
+		bad("RATELIMIT_FAIL_MODE", "want open or closed, got %q", raw["RATELIMIT_FAIL_MODE"])
+	}
+	n, err := strconv.Atoi(raw["RATELIMIT_DENIED_CACHE_SIZE"])
+	if err != nil || n < 0 {
+		bad("RATELIMIT_DENIED_CACHE_SIZE", "want a whole number >= 0, got %q", raw["RATELIMIT_DENIED_CACHE_SIZE"])
+	}
+	c.DeniedCacheSize = n
+	if c.Migrate, err = strconv.ParseBool(raw["RATELIMIT_MIGRATE"]); err != nil {
+		bad("RATELIMIT_MIGRATE", "want true or false, got %q", raw["RATELIMIT_MIGRATE"])
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(raw["RATELIMIT_LOG_LEVEL"])); err != nil {
+		bad("RATELIMIT_LOG_LEVEL", "want debug, info, warn or error, got %q", raw["RATELIMIT_LOG_LEVEL"])
+	}
+	if len(errs) > 0 {
+		return nil, nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	}
+	return c, fs.Args(), nil
+}
+
+// value picks a setting's value: the flag, the variable, the file named by
+// the variable's _FILE twin (secrets only), or the default.
+func value(s setting, flagValue string, flagSet bool, getenv func(string) string) (string, error) {
+	if flagSet {
+		return flagValue, nil
+	}
+	if v := getenv(s.env); v != "" {
+		return v, nil
+	}
+	if path := getenv(s.env + "_FILE"); s.secret && path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", s.env, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return s.def, nil
+}
+
+// masked returns the configuration for the log, secrets hidden: URLs keep
+// everything but their password, tokens show only whether they are set.
+func (c *config) masked() map[string]string {
+	out := make(map[string]string, len(c.raw))
+	for _, s := range settings {
+		v := c.raw[s.env]
+		switch {
+		case !s.secret || v == "" || strings.HasPrefix(v, "sqlite:"):
+		case strings.Contains(v, "://"):
+			if u, err := url.Parse(v); err == nil {
+				v = u.Redacted()
+			} else {
+				v = "(unparsable URL, hidden)"
+			}
+		default:
+			v = "(set)"
+		}
+		out[s.env] = v
+	}
+	return out
+}
+
+// newLogger writes JSON lines to w.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,87 @@
+// Command ratelimitd is the rate-limit service and its administration
+// tools:
+//
+//	ratelimitd serve                      run the service
+//	ratelimitd migrate [up|status]        apply or show database migrations
+//	ratelimitd import -kind K [-dry-run] FILE
+//	ratelimitd export -kind K [-o FILE]
+//	ratelimitd token create -name N -scope S | list | revoke ID
+//	ratelimitd version
+//
+// Every command reads the RATELIMIT_* variables; flags override them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "ratelimitd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run is the whole program, so that a test can run it on port 0: args
+// without the program name, the environment through getenv, what the user
+// should read on stdout and the JSON log on stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args, getenv, stdout, stderr)
+	case "import":
+		return importFile(ctx, args, getenv, stdout, stderr)
+	case "export":
+		return exportFile(ctx, args, getenv, stdout, stderr)
+	case "token":
+		return token(ctx, args, getenv, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "ratelimitd", version)
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+const usage = `usage: ratelimitd <command> [flags]
+
+commands:
+  serve                                  run the service
+  migrate [up|status]                    apply pending migrations (up, the default) or show the version
+  import -kind defaults|overrides [-dry-run] FILE
+                                         import Boulder's YAML formats, all or nothing
+  export -kind defaults|overrides [-o FILE]
+                                         export in the formats import reads
+  token create -name NAME -scope admin|support|decide
+  token list
+  token revoke ID
+  version
+
+Every command reads the RATELIMIT_* variables; "ratelimitd serve -h" lists
+them with their flags and defaults.
+`

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd"
+	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
+	"github.com/ratelimitd/ratelimitd/loader"
+	"github.com/ratelimitd/ratelimitd/web"
+)
+
+// tokenRefresh is how often each process rereads the tokens: a revoked
+// token stops working on every replica within a second.
+const tokenRefresh = 500 * time.Millisecond
+
+// serve runs the service until ctx ends, then shuts down gracefully:
+// in-flight requests finish, background loops stop, pools close.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg, _, err := loadConfig(fs, args, getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	log.Info("starting", "version", version, "config", cfg.masked())
+
+	d, err := openDB(ctx, cfg, log, cfg.Migrate)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	store, storeName, closeStore, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	lim := limiter.New(limiter.Config{Store: store, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
+	ld := loader.New(loader.Config{Source: d, Target: lim, SyncInterval: cfg.SyncInterval, Logger: log})
+	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, tokenRefresh, log)
+	if cfg.BootstrapToken == "" {
+		if err := firstAdminToken(ctx, d, stdout); err != nil {
+			return err
+		}
+	}
+
+	srv := api.New(api.Config{
+		DB: d, Limiter: lim, Auth: keeper, Status: ld.Status,
+		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
+		Web:       web.Files(),
+		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log,
+	})
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ratelimitd listening on http://%s (admin page: http://%s/admin/)\n", ln.Addr(), ln.Addr())
+	log.Info("listening", "addr", ln.Addr().String(), "store", storeName, "database", d.Engine())
+
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = ld.Run(background) }()
+	go func() { defer wg.Done(); keeper.Run(background) }()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		err = hs.Shutdown(shutdownCtx)
+		cancel()
+		<-served
+	}
+	stopBackground()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	log.Info("stopped", "err", err)
+	return err
+}
+
+// openDB connects to the database and, when migrate is true, applies the
+// pending migrations.
+func openDB(ctx context.Context, cfg *config, log *slog.Logger, migrate bool) (*db.DB, error) {
+	d, err := db.Open(ctx, cfg.DatabaseURL, db.Options{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("opening the database: %w", err)
+	}
+	if migrate {
+		if err := d.Migrate(ctx); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("migrating the database: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// openStore returns the Redis store when a URL is configured, else the
+// in-process one, with its name and a function that releases it.
+func openStore(cfg *config) (limiter.Store, string, func(), error) {
+	if cfg.RedisURL == "" {
+		s := memstore.New(memstore.Options{})
+		return s, "memory", s.Close, nil
+	}
+	opts, err := redisstore.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	client := redis.NewUniversalClient(opts)
+	s := redisstore.New(client, redisstore.Options{Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout})
+	return s, "redis", func() { _ = client.Close() }, nil
+}
+
+// firstAdminToken makes a fresh deployment usable: when the database has
+// no token at all and no bootstrap token is configured, it creates an admin
+// token and prints its secret, which is never shown again.
+func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
+	tokens, err := d.ListTokens(ctx)
+	if err != nil || len(tokens) > 0 {
+		return err
+	}
+	secret, hash := auth.NewSecret()
+	t, err := d.CreateToken(ctx, "ratelimitd", auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
+	if err != nil {
+		return fmt.Errorf("creating the first admin token: %w", err)
+	}
+	fmt.Fprintf(stdout, "No token existed, so an admin token was created (id %s). It is shown only this once:\n\n    %s\n\n", t.ID, secret)
+	return nil
+}

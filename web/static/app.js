@@ -1,0 +1,277 @@
+// The admin page of ratelimitd: sign-in with a pasted token, the limits,
+// and the look-up of a bucket. The overrides panel is in overrides.js. The
+// page uses only the public REST API (api.js).
+
+import { Client, describe } from './api.js';
+import {
+  $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, reportProblem,
+  showFieldErrors, showProblem,
+} from './dom.js';
+import { allowance, duration, localTime, utcTime } from './format.js';
+import * as overrides from './overrides.js';
+
+// The token lives in sessionStorage: it survives a reload of the tab and
+// is gone when the tab closes. It is never put in a URL or a cookie.
+const TOKEN_KEY = 'ratelimitd.admin.token';
+
+// session is what the page knows after sign-in.
+const session = { client: null, me: null, limits: [] };
+
+// What each scope may do, as the API documents it.
+const may = {
+  manage: (scope) => scope === 'admin' || scope === 'support',
+  check: (scope) => scope === 'admin' || scope === 'support' || scope === 'decide',
+};
+
+// ---- sign-in ----
+
+async function signIn(token) {
+  const form = $('#token-form');
+  clearErrors(form);
+  const client = new Client(token, () => {
+    // Only a token that was accepted before signs the user out.
+    if (session.client === client) signOut('The token is no longer accepted: it is unknown or was revoked. Paste a valid one.');
+  });
+  let me;
+  try {
+    ({ data: me } = await busy(form, () => client.call('GET', 'v1/whoami')));
+  } catch (err) {
+    if (err.status === 401) sessionStorage.removeItem(TOKEN_KEY);
+    const d = describe(err);
+    const message = err.status === 401 ? 'This token is not accepted: it is unknown or was revoked.' : `${d.heading}: ${d.detail} ${d.hint}`;
+    showFieldErrors(form, [{ field: 'token', message }]);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  Object.assign(session, { client, me });
+  form.reset();
+
+  $('#who-name').textContent = me.name;
+  $('#who-scope').textContent = me.scope;
+  $('#session').hidden = false;
+  $('#sign-in').hidden = true;
+  $('#app').hidden = false;
+
+  const manage = may.manage(me.scope);
+  $('#overrides-panel').hidden = !manage;
+  $('#lookup-panel').hidden = !may.check(me.scope);
+  const note = $('#scope-note');
+  note.hidden = manage;
+  note.textContent = manage ? '' : `A ${me.scope} token can read the limits and look up buckets, but not change overrides. Sign in with a support token for that.`;
+  $('#main').focus();
+
+  await loadLimits();
+  if (manage) overrides.start();
+}
+
+function signOut(message = '') {
+  sessionStorage.removeItem(TOKEN_KEY);
+  Object.assign(session, { client: null, me: null, limits: [] });
+  for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
+  overrides.stop();
+  clearLookup();
+  $('#lookup-form').reset();
+  $('#limits-table tbody').replaceChildren();
+  $('#app').hidden = true;
+  $('#session').hidden = true;
+  $('#sign-in').hidden = false;
+  const form = $('#token-form');
+  clearErrors(form);
+  if (message) showFieldErrors(form, [{ field: 'token', message }]);
+  $('#token').focus();
+}
+
+// ---- limits ----
+
+async function loadLimits() {
+  const problem = $('#limits-problem');
+  try {
+    const { data } = await busy($('#limits-panel'), () => session.client.call('GET', 'v1/limits'));
+    session.limits = data.limits;
+    clearProblem(problem);
+  } catch (err) {
+    showProblem(problem, err);
+    return;
+  }
+  renderLimits();
+  fillLimitSelects();
+}
+
+function renderLimits() {
+  const manage = may.manage(session.me.scope);
+  const rows = session.limits.map((l) => {
+    const row = fromTemplate('limit-row');
+    row.dataset.limit = l.name;
+    fill(row, 'name', ...breakable(l.name));
+    fill(row, 'description', l.description);
+    fill(row, 'id-format', l.id_format);
+    fill(row, 'defaults', allowance(l));
+    fill(row, 'shadow', l.shadow ? 'Yes: never denies' : 'No');
+    const n = l.override_count;
+    fill(row, 'overrides', manage
+      ? h('button', { type: 'button', class: 'link', 'data-limit': l.name },
+        String(n), h('span', { class: 'vh' }, ` ${n === 1 ? 'override' : 'overrides'} of ${l.name}: show`))
+      : String(n));
+    return row;
+  });
+  $('#limits-table tbody').replaceChildren(...rows);
+  $('#limits-empty').hidden = rows.length > 0;
+}
+
+// fillLimitSelects lists the limits in every limit <select>, keeping what
+// each had selected.
+function fillLimitSelects() {
+  for (const select of document.querySelectorAll('select.limit-select')) {
+    const keep = select.value;
+    select.replaceChildren(
+      h('option', { value: '' }, select.dataset.any ?? 'Choose a limit'),
+      ...session.limits.map((l) => h('option', { value: l.name }, l.name)),
+    );
+    select.value = session.limits.some((l) => l.name === keep) ? keep : '';
+  }
+}
+
+function showOverridesOf(name) {
+  const form = $('#search-form');
+  form.reset();
+  form.elements.limit.value = name;
+  form.requestSubmit();
+  $('#overrides-title').focus();
+}
+
+// ---- look up a bucket ----
+
+// lastLookup is the bucket shown, canonical, for "reset" and "again".
+let lastLookup = null;
+let lookupSeq = 0;
+
+function clearLookup() {
+  lookupSeq++;
+  lastLookup = null;
+  $('#lookup-result').hidden = true;
+  clearProblem($('#lookup-problem'));
+  $('#lookup-notice').textContent = '';
+}
+
+// lookUp checks the bucket with cost 0, which spends nothing, and shows
+// what is left of it. Without arguments it reads the form.
+async function lookUp(limit, bucketID) {
+  const form = $('#lookup-form');
+  const target = {
+    limit: limit ?? form.elements.limit.value,
+    bucket_id: bucketID ?? form.elements.bucket_id.value.trim(),
+  };
+  const seq = ++lookupSeq;
+  clearErrors(form);
+  clearProblem($('#lookup-problem'));
+  try {
+    const { data } = await busy($('#lookup-panel'), () => session.client.call('POST', 'v1/check', {
+      body: { buckets: [{ ...target, cost: 0 }] },
+    }));
+    if (seq !== lookupSeq) return;
+    showDecision(data);
+  } catch (err) {
+    if (seq !== lookupSeq) return;
+    lastLookup = null;
+    $('#lookup-result').hidden = true;
+    $('#lookup-notice').textContent = '';
+    // The API names the fields of a decision "buckets[0].bucket_id".
+    reportProblem(form, $('#lookup-problem'), err, { toName: (field) => field.replace(/^buckets\[0\]\./, '') });
+  }
+}
+
+const sources = {
+  default: "The limit's default",
+  override: 'An override',
+  unlimited: 'An unlimited override: always allowed',
+};
+
+function showDecision(result) {
+  const d = result.decisions[0];
+  lastLookup = { limit: d.limit, bucket_id: d.bucket_id };
+  $('#lk-canonical').textContent = d.bucket_id;
+  $('#lk-limit-name').textContent = d.limit;
+  $('#lk-remaining').textContent = String(d.remaining);
+  $('#lk-burst').textContent = `${d.burst} (its burst)`;
+  const full = $('#lk-reset-at');
+  if (d.reset_after_ms <= 0) {
+    full.textContent = 'Now: the bucket is full';
+  } else {
+    const at = new Date(Date.now() + d.reset_after_ms);
+    full.textContent = `In ${duration(d.reset_after_ms)}, at ${localTime(at)} (${utcTime(at)})`;
+  }
+  $('#lk-params').textContent = d.source === 'unlimited' ? 'None: the bucket is exempt' : allowance(d);
+  $('#lk-source').textContent = sources[d.source] ?? d.source;
+  const warning = $('#lk-warning');
+  warning.textContent = result.degraded
+    ? 'The store did not answer, so these numbers say nothing about the bucket: ratelimitd is failing open.'
+    : d.shadow ? 'This limit is in shadow mode: it is counted but never denies.' : '';
+  warning.hidden = warning.textContent === '';
+  const scope = session.me.scope;
+  $('#lk-reset').hidden = !may.manage(scope);
+  $('#lk-grant').hidden = !may.manage(scope) || d.source !== 'default';
+  $('#lookup-result').hidden = false;
+  $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${d.remaining} of ${d.burst} remaining.`;
+}
+
+async function resetBucket() {
+  if (!lastLookup) return;
+  const target = lastLookup;
+  try {
+    await busy($('#lookup-panel'), () => session.client.call('POST', 'v1/buckets/reset', { body: { buckets: [target] } }));
+  } catch (err) {
+    showProblem($('#lookup-problem'), err);
+    focusProblem($('#lookup-problem'));
+    return;
+  }
+  await lookUp(target.limit, target.bucket_id);
+  $('#lookup-notice').textContent = `Reset ${target.limit} ${target.bucket_id}: the bucket is full again.`;
+}
+
+// lookUpFromCard shows a bucket of an override in the look-up panel and
+// takes the focus there.
+async function lookUpFromCard(limit, bucketID) {
+  const form = $('#lookup-form');
+  form.elements.limit.value = limit;
+  form.elements.bucket_id.value = bucketID;
+  await lookUp(limit, bucketID);
+  const result = $('#lookup-result');
+  (result.hidden ? form.elements.bucket_id : result).focus();
+}
+
+// ---- wiring ----
+
+function init() {
+  initDialogs();
+  overrides.init({ session, lookUp: lookUpFromCard, reloadLimits: loadLimits });
+
+  $('#token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const token = $('#token').value.trim();
+    if (token === '') {
+      clearErrors(ev.target);
+      showFieldErrors(ev.target, [{ field: 'token', message: 'Paste a token first.' }]);
+      return;
+    }
+    signIn(token);
+  });
+  $('#sign-out').addEventListener('click', () => signOut());
+  $('#limits-reload').addEventListener('click', loadLimits);
+  $('#limits-table').addEventListener('click', (ev) => {
+    const button = ev.target.closest('button[data-limit]');
+    if (button) showOverridesOf(button.dataset.limit);
+  });
+  $('#lookup-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    lookUp();
+  });
+  $('#lk-refresh').addEventListener('click', () => lastLookup && lookUp(lastLookup.limit, lastLookup.bucket_id));
+  $('#lk-reset').addEventListener('click', resetBucket);
+  $('#lk-grant').addEventListener('click', () => lastLookup && overrides.openCreate(lastLookup));
+
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) signIn(token);
+  else $('#token').focus();
+}
+
+init();
