@@ -150,7 +150,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	p := problemFor(err)
 	p.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {
-		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
+		// An unavailable backend fails every request until it returns; the
+		// limiter, the loader and the token keeper log the outage once, so
+		// each refused request is only worth a debug line.
+		level := slog.LevelError
+		if p.Status == http.StatusServiceUnavailable {
+			level = slog.LevelDebug
+		}
+		s.log.LogAttrs(c.Request().Context(), level, "request failed",
 			slog.String("request_id", p.RequestID), slog.String("method", c.Request().Method),
 			slog.String("path", c.Path()), slog.Int("status", p.Status), slog.Any("err", err))
 	}

@@ -1,6 +1,11 @@
 package api
 
 import (
+	"context"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
 	"github.com/ratelimitd/ratelimitd/auth"
 )
 
@@ -17,6 +22,9 @@ func (s *Server) routes() {
 	inspect := s.require(auth.Decide, auth.Support)
 	anyScope := s.require(auth.Admin, auth.Support, auth.Decide)
 	small := limitBody(maxBody)
+	// Routes that read or write the database get a deadline, so that a
+	// database that stops answering costs a 503, not a hung request.
+	db := within(dbTimeout)
 	json := requireMedia(mediaJSON)
 	patch := requireMedia(mediaJSON, mediaMergePatch)
 	yaml := requireMedia(mediaYAML, mediaTextYAML, mediaXYAML)
@@ -33,27 +41,46 @@ func (s *Server) routes() {
 	v1.GET("/whoami", s.whoami, anyScope)
 	v1.GET("/status", s.status, anyScope)
 
-	v1.POST("/tokens", s.createToken, admin, json, small)
-	v1.GET("/tokens", s.listTokens, admin)
-	v1.DELETE("/tokens/:id", s.revokeToken, admin)
+	v1.POST("/tokens", s.createToken, admin, db, json, small)
+	v1.GET("/tokens", s.listTokens, admin, db)
+	v1.DELETE("/tokens/:id", s.revokeToken, admin, db)
 
-	v1.PUT("/limits/:name", s.putLimit, admin, json, small)
-	v1.GET("/limits", s.listLimits, anyScope)
-	v1.GET("/limits/:name", s.getLimit, anyScope)
-	v1.DELETE("/limits/:name", s.deleteLimit, admin)
+	v1.PUT("/limits/:name", s.putLimit, admin, db, json, small)
+	v1.GET("/limits", s.listLimits, anyScope, db)
+	v1.GET("/limits/:name", s.getLimit, anyScope, db)
+	v1.DELETE("/limits/:name", s.deleteLimit, admin, db)
 
-	v1.POST("/overrides", s.createOverride, support, json, small)
-	v1.GET("/overrides", s.listOverrides, support)
-	v1.GET("/overrides/:id", s.getOverride, support)
-	v1.PATCH("/overrides/:id", s.patchOverride, support, patch, small)
-	v1.DELETE("/overrides/:id", s.deleteOverride, support)
-	v1.GET("/overrides/:id/history", s.overrideHistory, support)
+	v1.POST("/overrides", s.createOverride, support, db, json, small)
+	v1.GET("/overrides", s.listOverrides, support, db)
+	v1.GET("/overrides/:id", s.getOverride, support, db)
+	v1.PATCH("/overrides/:id", s.patchOverride, support, db, patch, small)
+	v1.DELETE("/overrides/:id", s.deleteOverride, support, db)
+	v1.GET("/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1.POST("/import", s.importFile, admin, yaml, limitBody(maxImportBody))
-	v1.GET("/export", s.exportFile, admin)
+	v1.POST("/import", s.importFile, admin, within(importTimeout), yaml, limitBody(maxImportBody))
+	v1.GET("/export", s.exportFile, admin, within(importTimeout))
 
 	v1.POST("/check", s.check, inspect, json, small)
 	v1.POST("/spend", s.spend, decide, json, small)
 	v1.POST("/refund", s.refund, decide, json, small)
 	v1.POST("/buckets/reset", s.resetBuckets, support, json, small)
+}
+
+// Deadlines of the routes that use the database. Imports and exports move
+// up to hundreds of thousands of rows at once.
+const (
+	dbTimeout     = 5 * time.Second
+	importTimeout = 5 * time.Minute
+)
+
+// within bounds the request's context to d.
+func within(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
 }

@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// refreshTimeout bounds one read of the tokens, so that a database that
+// stops answering cannot hold up the refreshes after it.
+const refreshTimeout = 5 * time.Second
+
 // Keeper holds the current Set and refreshes it from the database, so that
 // requests are authenticated from memory, keep working from the last good
 // set while the database is down, and see a revocation within one refresh
@@ -46,6 +50,8 @@ func (k *Keeper) Loaded() bool { return k.loaded.Load() }
 func (k *Keeper) Refresh(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
 	tokens, err := k.list(ctx)
 	if err != nil {
 		if !k.failed {

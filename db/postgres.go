@@ -27,6 +27,16 @@ import (
 // lock uses another key.
 const writeLockKey int64 = 0x726c696d697464
 
+// Server-side bounds on what a stalled client can hold. A write
+// transaction's statements follow each other without pause, so a session
+// idle in one for idleInTransactionTimeout has lost its client; Postgres
+// then ends it and frees the write lock. A writer waits lockTimeout at most
+// for that lock.
+const (
+	idleInTransactionTimeout = "10s"
+	lockTimeout              = "5s"
+)
+
 // notifyChannel is the LISTEN/NOTIFY channel of committed changes; the
 // payload is the highest audit sequence number of the transaction.
 const notifyChannel = "ratelimitd_changes"
@@ -50,6 +60,11 @@ func openPostgres(ctx context.Context, d *DB, url string) error {
 	if err != nil {
 		// pgconn masks the password in its message.
 		return fmt.Errorf("database: parsing the Postgres URL: %w", err)
+	}
+	// Server-side bounds that the URL may override; see lockWrites.
+	params := cfg.ConnConfig.RuntimeParams
+	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
+		params["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -84,8 +99,13 @@ func (p *postgres) engine() string { return "postgres" }
 // transactions a second for one writer, and 600 to 930 against 1,850 to
 // 2,200 for eight. Writes are administrative and rare next to decisions,
 // which never touch SQL, so a sound change log is worth that.
+//
+// A writer whose connection stalls keeps the lock until Postgres ends its
+// session: idle_in_transaction_session_timeout (set in openPostgres) ends
+// it, and lock_timeout makes the writers queued behind it fail, as
+// unavailable, instead of waiting without end.
 func (p *postgres) lockWrites(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, writeLockKey)
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%s'; SELECT pg_advisory_xact_lock(%d)`, lockTimeout, writeLockKey))
 	return err
 }
 
@@ -147,7 +167,9 @@ func (p *postgres) translate(err error) error {
 			return &violation{constraint: pgErr.ConstraintName, err: err}
 		case strings.HasPrefix(code, "08"), // connection exception
 			code == "57P01", code == "57P02", code == "57P03", // shutting down, starting up
-			code == "53300": // too many connections
+			code == "53300",                  // too many connections
+			code == "55P03",                  // lock_timeout: a stalled writer holds the write lock
+			code == "25P03", code == "57014": // our session or statement timed out
 			return unavailable(err)
 		}
 		return err

@@ -40,13 +40,22 @@ type Config struct {
 	// SyncInterval is the period of full reloads, which repair anything a
 	// lost notification missed; 30s when zero.
 	SyncInterval time.Duration
-	// MaxBackoff bounds the wait between retries after a failure; 5s when
+	// MaxBackoff bounds the wait between retries after a failure, and so
+	// how long after the database returns the snapshot catches up; 1s when
 	// zero.
 	MaxBackoff time.Duration
 	// Now reads the clock; time.Now when nil.
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// Bounds of one read, so that a database that stops answering in the
+// middle of a read is noticed and retried: a full read of a million
+// overrides takes about two seconds.
+const (
+	fullTimeout  = 2 * time.Minute
+	sinceTimeout = 10 * time.Second
+)
 
 // Status describes the snapshot in use.
 type Status struct {
@@ -82,7 +91,7 @@ func New(cfg Config) *Loader {
 		cfg.SyncInterval = 30 * time.Second
 	}
 	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 5 * time.Second
+		cfg.MaxBackoff = time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -179,6 +188,8 @@ func (l *Loader) watch(ctx context.Context) {
 }
 
 func (l *Loader) full(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, fullTimeout)
+	defer cancel()
 	now := l.cfg.Now()
 	b := limiter.NewBuilder()
 	version, err := l.cfg.Source.Full(ctx, b.PutLimit, func(o limiter.Override) error {
@@ -207,6 +218,8 @@ func (l *Loader) since(ctx context.Context) error {
 		return nil // the first full load will see everything
 	}
 	now := l.cfg.Now()
+	ctx, cancel := context.WithTimeout(ctx, sinceTimeout)
+	defer cancel()
 	ch, err := l.cfg.Source.Since(ctx, snap.Version())
 	if err != nil {
 		return err

@@ -20,12 +20,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	// go-redis prints a plain-text line for every failed dial into what is
+	// a JSON log; the limiter logs a store outage once, when it begins.
+	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -36,6 +41,11 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// quiet discards go-redis's own log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // run is the whole program, so that a test can run it on port 0: args
 // without the program name, the environment through getenv, what the user

@@ -75,6 +75,13 @@ func parseURL(rawURL string) (*redis.UniversalOptions, error) {
 		// spent. A failed call is an error the fail mode answers; the pool
 		// drops dead connections before handing them out.
 		MaxRetries: -1,
+		// A refused dial is not retried for long: the call's deadline
+		// would be spent waiting on a server that is down.
+		DialerRetries:      1,
+		DialerRetryTimeout: 10 * time.Millisecond,
+		// Connections opened for a burst, or after an outage, close
+		// when idle instead of staying until the process ends.
+		ConnMaxIdleTime: time.Minute,
 	}
 	if base == "rediss" {
 		// No ServerName: crypto/tls takes each node's from the address
