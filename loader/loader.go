@@ -77,6 +77,8 @@ type Status struct {
 type Loader struct {
 	cfg    Config
 	notify chan struct{}
+	// syncs carries the replies awaited by Sync.
+	syncs chan chan error
 
 	mu     sync.Mutex
 	status Status
@@ -99,7 +101,7 @@ func New(cfg Config) *Loader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Loader{cfg: cfg, notify: make(chan struct{}, 1), loaded: make(chan struct{})}
+	return &Loader{cfg: cfg, notify: make(chan struct{}, 1), syncs: make(chan chan error), loaded: make(chan struct{})}
 }
 
 // Status returns the state of the snapshot.
@@ -111,6 +113,24 @@ func (l *Loader) Status() Status {
 
 // Loaded is closed once the first snapshot is in place.
 func (l *Loader) Loaded() <-chan struct{} { return l.loaded }
+
+// Sync reads the changes now and returns when the snapshot holds every
+// change committed before the call. A writer calls it after its commit, so
+// that its client's next decision, on this process, sees the write.
+func (l *Loader) Sync(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case l.syncs <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // changed asks for the changes to be read now.
 func (l *Loader) changed() {
@@ -156,6 +176,23 @@ func (l *Loader) Run(ctx context.Context) error {
 			what, err = "incremental load", l.since(ctx)
 		case <-retry:
 			what, err = "incremental load", l.since(ctx)
+		case reply := <-l.syncs:
+			// One read answers every Sync waiting now: each was asked
+			// before the read began.
+			replies := []chan error{reply}
+		drain:
+			for {
+				select {
+				case r := <-l.syncs:
+					replies = append(replies, r)
+				default:
+					break drain
+				}
+			}
+			what, err = "incremental load", l.since(ctx)
+			for _, r := range replies {
+				r <- err
+			}
 		}
 		retry = nil
 		if err != nil {

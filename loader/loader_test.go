@@ -243,3 +243,31 @@ func TestExpiredOverridesAreLeftOut(t *testing.T) {
 		t.Fatalf("%d overrides loaded, want only the one not expired", n)
 	}
 }
+
+// TestSyncSeesEarlierCommits: a change committed without a notification is
+// in the snapshot as soon as Sync returns.
+func TestSyncSeesEarlierCommits(t *testing.T) {
+	src := newSource()
+	src.write(limiter.Changes{Limits: []limiter.Limit{limit}}, false)
+	l, tg := start(t, src, nil, time.Hour)
+	<-l.Loaded()
+	src.write(limiter.Changes{Overrides: []limiter.Override{over("5", 42)}}, false)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Sync(context.Background()); err != nil {
+				t.Error(err)
+			}
+			if got := burstOf(t, tg, "5"); got != 42 {
+				t.Errorf("after Sync the burst is %d, want 42", got)
+			}
+		}()
+	}
+	wg.Wait()
+	src.setFail(true)
+	if err := l.Sync(context.Background()); err == nil {
+		t.Fatal("Sync on a failing database reported no error")
+	}
+}
