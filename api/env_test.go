@@ -9,16 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd"
@@ -239,79 +234,17 @@ func (e *env) token(name string, scope auth.Scope) string {
 	return created.Token
 }
 
-// spec is openapi.yaml, loaded once per test binary.
-var spec = sync.OnceValues(func() (routers.Router, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(ratelimitd.OpenAPI())
-	if err != nil {
-		return nil, err
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, err
-	}
-	for _, ct := range []string{"application/yaml", "text/html", "text/css", "text/javascript", "image/svg+xml"} {
-		openapi3filter.RegisterBodyDecoder(ct, func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
-			b, err := io.ReadAll(r)
-			return string(b), err
-		})
-	}
-	return legacy.NewRouter(doc)
+// contract is openapi.yaml, loaded once per test binary.
+var contract = sync.OnceValues(func() (*testenv.Contract, error) {
+	return testenv.NewContract(ratelimitd.OpenAPI())
 })
 
 // validating checks every response that passes through it against
 // openapi.yaml: an undocumented route, status, header or body fails the test.
 func validating(t testing.TB, next http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(req *http.Request) (*http.Response, error) {
-		res, err := next.RoundTrip(req)
-		if err != nil {
-			return nil, err
-		}
-		router, err := spec()
-		if err != nil {
-			t.Fatalf("openapi.yaml: %v", err)
-		}
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		res.Body = io.NopCloser(bytes.NewReader(body))
-		// openapi.yaml's server is "/": the legacy router matches the
-		// path alone, without scheme and host.
-		pathOnly := req.Clone(req.Context())
-		pathOnly.URL = &url.URL{Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
-		// A path parameter holds one segment, but the admin page's files
-		// may nest and the page itself has an empty path: every file is
-		// the one operation /admin/{path}.
-		if strings.HasPrefix(req.URL.Path, "/admin/") {
-			pathOnly.URL = &url.URL{Path: "/admin/file"}
-		}
-		// A 405 answers an operation that does not exist, so openapi.yaml
-		// has nothing to say of it (the legacy router may still match the
-		// path of another operation, as /v1/limits matches /v1/limits/{name}).
-		if res.StatusCode == http.StatusMethodNotAllowed {
-			return res, nil
-		}
-		route, params, err := router.FindRoute(pathOnly)
-		if err != nil {
-			if res.StatusCode != http.StatusNotFound && res.StatusCode != http.StatusMethodNotAllowed {
-				t.Errorf("%s %s answered %d but is not in openapi.yaml: %v", req.Method, req.URL.Path, res.StatusCode, err)
-			}
-			return res, nil
-		}
-		in := &openapi3filter.ResponseValidationInput{
-			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: pathOnly, PathParams: params, Route: route},
-			Status:                 res.StatusCode,
-			Header:                 res.Header,
-			Body:                   io.NopCloser(bytes.NewReader(body)),
-			Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-		}
-		if err := openapi3filter.ValidateResponse(req.Context(), in); err != nil {
-			t.Errorf("%s %s: the %d response does not match openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, res.StatusCode, err, body)
-		}
-		return res, nil
-	})
+	c, err := contract()
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	return testenv.Validating(t, c, next)
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
