@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test check bench fuzz generate soak
+.PHONY: build run test check bench microbench soak fuzz generate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ratelimitd ./cmd/ratelimitd
@@ -23,11 +23,33 @@ check:
 	$(STATICCHECK) ./...
 	$(MAKE) test
 
+# Loads the running service over loopback and prints requests/s and
+# latencies (scripts/bench.sh says how; needs curl, jq and bc).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/...
+	scripts/bench.sh
 
-# Each fuzzer for FUZZTIME (default 1m).
+# The Go benchmarks of the decision path, the stores, the handlers and the
+# database (the database ones need Postgres).
+microbench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/... ./api
+
+# Ten minutes at half the maximum throughput; memory and goroutines must
+# stay flat (scripts/soak.sh). Not part of the test suite.
+soak:
+	scripts/soak.sh
+
+# Each fuzzer for FUZZTIME (default 1m). Findings land in the package's
+# testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
+FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip \
+	./api:FuzzDecisionHandlers ./api:FuzzDecisionDecoder ./api:FuzzDecisionJSON ./cmd/loadgen:FuzzResponseReader
 fuzz:
-	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzCanonical$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzGCRA$$' -fuzztime $(FUZZTIME)
+	@for f in $(FUZZERS); do \
+		pkg=$${f%%:*}; name=$${f##*:}; \
+		echo "== $$name ($$pkg)"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
+# Regenerates the Go client from openapi.yaml; a test fails while it is stale.
+generate:
+	$(GO) generate ./client

@@ -2,8 +2,11 @@ package api
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -32,6 +35,55 @@ type metrics struct {
 	handler        http.Handler
 	// codes are the status codes as label values, made once.
 	codes [600]string
+	// counters and observers hold the series already looked up: a vector's
+	// lookup hashes every label value on every call, and these are on
+	// every request. They grow with the series they hold, which the label
+	// values bound.
+	counters  seriesCache[decisionSeries, prometheus.Counter]
+	observers seriesCache[requestSeries, prometheus.Observer]
+}
+
+// decisionSeries names a series of ratelimitd_decisions_total.
+type decisionSeries struct {
+	op     limiter.Op
+	limit  string
+	result string
+}
+
+// requestSeries names a series of ratelimitd_http_request_duration_seconds.
+type requestSeries struct {
+	route, method, code string
+}
+
+// seriesCache maps label values to their series, for reading without a
+// lock: a miss copies the map, which happens once per series.
+type seriesCache[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the series of k, asking lookup for it on a miss.
+func (c *seriesCache[K, V]) get(k K, lookup func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	v := lookup()
+	m := make(map[K]V, len(old)+1)
+	maps.Copy(m, old)
+	m[k] = v
+	c.m.Store(&m)
+	return v
 }
 
 // newMetrics registers the metrics in reg. now reads the clock for the
@@ -112,10 +164,12 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 
 // decisions counts the decisions of a result.
 func (m *metrics) decisions(op limiter.Op, res limiter.Result) {
-	opName := op.String()
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		m.decisionsTotal.WithLabelValues(opName, d.Limit, resultLabel(d, res.Degraded)).Inc()
+		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded)}
+		m.counters.get(k, func() prometheus.Counter {
+			return m.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result)
+		}).Inc()
 	}
 }
 
@@ -145,7 +199,10 @@ func (m *metrics) request(route, method string, status int, took time.Duration) 
 	if status >= 0 && status < len(m.codes) {
 		code = m.codes[status]
 	}
-	m.duration.WithLabelValues(route, methodLabel(method), code).Observe(took.Seconds())
+	k := requestSeries{route: route, method: methodLabel(method), code: code}
+	m.observers.get(k, func() prometheus.Observer {
+		return m.duration.WithLabelValues(k.route, k.method, k.code)
+	}).Observe(took.Seconds())
 }
 
 // methodLabel bounds the method label: a client may send any token.

@@ -157,16 +157,51 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	// observe is outside recover so that a panic is counted as the 500
-	// it becomes.
-	e.Use(s.requestID, s.observe, s.recover)
 	s.echo = e
-	s.routes()
+	s.addRoutes()
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// addRoutes registers the routes with their middleware composed once.
+// Echo v4 composes a route's middleware on every request, which allocates
+// a closure per middleware per request; the middleware of this package
+// are pure functions of the handler they wrap, so composing them here
+// serves the same chain. routes() registers as usual; each route that has
+// middleware is then registered again, composed, which replaces it.
+func (s *Server) addRoutes() {
+	type added struct {
+		method, path string
+		handler      echo.HandlerFunc
+		middleware   []echo.MiddlewareFunc
+	}
+	var withMiddleware []added
+	s.echo.OnAddRouteHandler = func(_ string, r echo.Route, h echo.HandlerFunc, mw []echo.MiddlewareFunc) {
+		if len(mw) > 0 {
+			withMiddleware = append(withMiddleware, added{r.Method, r.Path, h, mw})
+		}
+	}
+	s.routes()
+	s.echo.OnAddRouteHandler = nil
+	for _, r := range withMiddleware {
+		h := r.handler
+		for i := len(r.middleware) - 1; i >= 0; i-- {
+			h = r.middleware[i](h)
+		}
+		s.echo.Add(r.method, r.path, h)
+	}
+}
+
+// ServeHTTP implements http.Handler. It does what echo's ServeHTTP does,
+// with the service's own middleware (request id, metrics, recovery) as
+// plain calls around the route's handler rather than closures made anew
+// for every request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := s.echo.AcquireContext()
+	c.Reset(r, w)
+	s.echo.Router().Find(r.Method, echo.GetPath(r), c)
+	s.serve(c)
+	s.echo.ReleaseContext(c)
+}
 
 // Routes lists the registered routes as "METHOD /path/:param", in echo's
 // notation, for the test that keeps openapi.yaml in step.
@@ -178,41 +213,37 @@ func (s *Server) Routes() []string {
 	return out
 }
 
-// requestID gives every request an id, in the X-Request-Id header of the
-// response and in every log line about it.
-func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		id := s.requestPrefix + strconv.FormatUint(s.requestSeq.Add(1), 36)
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
-		return next(c)
+// serve runs the handler that routing chose: it gives the request an id,
+// in the X-Request-Id header of the response and in every log line about
+// it; renders a handler's error, so that the status is known; times the
+// request and counts it by route pattern, method and status; and turns a
+// panic into a 500 (counted as such), so that no input can stop the
+// process.
+func (s *Server) serve(c echo.Context) {
+	c.Response().Header()[echo.HeaderXRequestID] = []string{s.requestID()}
+	start := time.Now()
+	if err := s.recovered(c); err != nil {
+		c.Error(err)
 	}
+	s.metrics.request(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
 }
 
-// observe times every request and counts it by route pattern, method and
-// status. It renders a handler's error itself, as echo would after it, so
-// that the status is known.
-func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		if err := next(c); err != nil {
-			c.Error(err)
+// requestID makes a request id unique across restarts, in one allocation.
+func (s *Server) requestID() string {
+	var b [32]byte
+	id := append(b[:0], s.requestPrefix...)
+	return string(strconv.AppendUint(id, s.requestSeq.Add(1), 36))
+}
+
+// recovered runs the handler, and returns a panic as an error whose text
+// holds the stack, which the log gets under the request id.
+func (s *Server) recovered(c echo.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: stack()}
 		}
-		s.metrics.request(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
-		return nil
-	}
-}
-
-// recover turns a panic into a 500, so that no input can stop the process;
-// the stack goes to the log under the request id.
-func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = &panicError{value: r, stack: stack()}
-			}
-		}()
-		return next(c)
-	}
+	}()
+	return c.Handler()(c)
 }
 
 // jsonEncode writes v as JSON without HTML escaping: responses are data,

@@ -4,10 +4,11 @@
 //
 // Each call runs one Lua script that reads every bucket of the batch,
 // applies limiter.SpendStep or limiter.RefundStep and writes the new TATs,
-// atomically and in one round trip. A TAT is stored as a decimal string of
-// Unix microseconds under Prefix + bucket key, and the key expires when its
-// bucket is full again (plus ExpiryMargin), so an idle bucket costs no
-// memory.
+// atomically and in one round trip, which the calls made at the same time
+// share on a single node: they are pipelined (pipeline.go). A TAT is
+// stored as a decimal string of Unix microseconds under Prefix + bucket
+// key, and the key expires when its bucket is full again (plus
+// ExpiryMargin), so an idle bucket costs no memory.
 //
 // On a Redis Cluster a script can only touch one hash slot, so a batch
 // whose keys span slots is split into one script call per slot, sent in
@@ -61,7 +62,9 @@ type Store struct {
 	client redis.UniversalClient
 	// cluster is client when it is a Cluster client, which routes keys by
 	// slot, else nil.
-	cluster  *redis.ClusterClient
+	cluster *redis.ClusterClient
+	// pipe sends the script calls of a client that is not a Cluster's.
+	pipe     *pipeliner
 	script   *redis.Script
 	prefix   string
 	timeout  time.Duration
@@ -101,6 +104,9 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if !contextTimeouts {
 		panic("redisstore: the Redis client needs ContextTimeoutEnabled, or Options.Timeout cannot bound a call")
 	}
+	if s.cluster == nil {
+		s.pipe = &pipeliner{client: client, script: s.script}
+	}
 	return s
 }
 
@@ -110,7 +116,7 @@ func (s *Store) Spend(ctx context.Context, now time.Time, batch []limiter.Bucket
 		if s.cluster != nil {
 			return s.spendBySlot(ctx, now.UnixMicro(), batch)
 		}
-		_, err := s.eval(ctx, s.client, modeSpend, now.UnixMicro(), batch)
+		_, err := s.eval(ctx, modeSpend, now.UnixMicro(), batch)
 		return err
 	})
 }
@@ -121,7 +127,7 @@ func (s *Store) Refund(ctx context.Context, now time.Time, batch []limiter.Bucke
 		if s.cluster != nil {
 			return s.evalBySlot(ctx, modeRefund, now.UnixMicro(), batch)
 		}
-		_, err := s.eval(ctx, s.client, modeRefund, now.UnixMicro(), batch)
+		_, err := s.eval(ctx, modeRefund, now.UnixMicro(), batch)
 		return err
 	})
 }
@@ -132,7 +138,7 @@ func (s *Store) Read(ctx context.Context, batch []limiter.Bucket) error {
 		if s.cluster != nil {
 			return s.evalBySlot(ctx, modeRead, 0, batch)
 		}
-		_, err := s.eval(ctx, s.client, modeRead, 0, batch)
+		_, err := s.eval(ctx, modeRead, 0, batch)
 		return err
 	})
 }

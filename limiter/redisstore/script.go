@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -136,13 +137,21 @@ func (s *Store) keys(batch []limiter.Bucket) []string {
 	return keys
 }
 
-// eval runs the script on batch through c, a single node or a Sentinel's
-// primary, in one round trip while the server has the script cached (else
-// two: go-redis then sends the script itself), and records the TATs read.
-// It reports whether the script applied the batch, false for a denied
-// spend and for a read.
-func (s *Store) eval(ctx context.Context, c redis.Scripter, m mode, nowUS int64, batch []limiter.Bucket) (bool, error) {
-	return s.result(s.script.Run(ctx, c, s.keys(batch), s.args(m, nowUS, batch)...), batch)
+// eval runs the script on batch on a single node or a Sentinel's primary,
+// in one round trip while the server has the script cached (else two: the
+// script itself is sent then), shared with the calls made meanwhile (see
+// pipeline.go), and records the TATs read. It reports whether the script
+// applied the batch, false for a denied spend and for a read.
+func (s *Store) eval(ctx context.Context, m mode, nowUS int64, batch []limiter.Bucket) (bool, error) {
+	c := &scriptCall{ctx: ctx, keys: s.keys(batch), args: s.args(m, nowUS, batch), done: make(chan struct{}, 1)}
+	var ok bool
+	if c.deadline, ok = ctx.Deadline(); !ok {
+		c.deadline = time.Now().Add(s.timeout)
+	}
+	if err := s.pipe.do(c); err != nil {
+		return false, err
+	}
+	return s.record(c.reply, batch)
 }
 
 // result records the TATs of the script's reply in batch.
@@ -151,6 +160,12 @@ func (s *Store) result(cmd *redis.Cmd, batch []limiter.Bucket) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return s.record(reply, batch)
+}
+
+// record records the TATs of the script's reply in batch and reports
+// whether the script applied it.
+func (s *Store) record(reply []int64, batch []limiter.Bucket) (bool, error) {
 	if len(reply) != len(batch)+1 {
 		return false, fmt.Errorf("the script answered %d values for %d buckets", len(reply), len(batch))
 	}

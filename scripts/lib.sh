@@ -1,0 +1,153 @@
+# Shared by bench.sh and soak.sh: build the binaries, run ratelimitd on a
+# free loopback port with a throw-away SQLite database, and talk to its API.
+# Sourced, not run. Every process started here is stopped by cleanup, which
+# the caller installs as an EXIT trap.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
+SVC_PID=
+SVC_URL=
+LOADGEN_PID=
+REDIS_PREFIX_IN_USE=
+REDIS_URL_IN_USE=
+BOOTSTRAP=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+
+# build writes bin/ratelimitd (as `make build` does) and bin/loadgen.
+build() {
+	(cd "$ROOT" && CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/ratelimitd ./cmd/ratelimitd &&
+		CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/loadgen ./cmd/loadgen) || die "build failed"
+}
+
+# machine prints the machine a figure was measured on.
+machine() {
+	local cpu
+	cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null)
+	echo "machine: $(nproc) CPUs, ${cpu:-unknown CPU}, $(uname -sr), $("${GO:-go}" version | awk '{print $3}')"
+}
+
+# start_service [VAR=value...] runs bin/ratelimitd serve on a free loopback
+# port with the database in $WORK, the extra settings given, and waits until
+# /readyz answers 200. It sets SVC_PID and SVC_URL.
+start_service() {
+	local out="$WORK/serve.$$.$RANDOM"
+	env RATELIMIT_HTTP_ADDR=127.0.0.1:0 \
+		RATELIMIT_DATABASE_URL="sqlite:$WORK/ratelimitd.db" \
+		RATELIMIT_BOOTSTRAP_TOKEN="$BOOTSTRAP" \
+		RATELIMIT_LOG_LEVEL=warn \
+		"$@" "$ROOT/bin/ratelimitd" serve >"$out.stdout" 2>"$out.log" &
+	SVC_PID=$!
+	local i addr=
+	for i in $(seq 100); do
+		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout")
+		[ -n "$addr" ] && break
+		kill -0 "$SVC_PID" 2>/dev/null || { cat "$out.log" >&2; die "ratelimitd did not start"; }
+		sleep 0.1
+	done
+	[ -n "$addr" ] || die "ratelimitd did not listen within 10s"
+	SVC_URL="http://$addr"
+	for i in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "$SVC_URL/readyz")" = 200 ] && return 0
+		sleep 0.1
+	done
+	cat "$out.log" >&2
+	die "ratelimitd at $SVC_URL not ready within 10s"
+}
+
+# stop_service stops the service this script started and waits for it.
+stop_service() {
+	if [ -n "$SVC_PID" ]; then
+		kill "$SVC_PID" 2>/dev/null || true
+		wait "$SVC_PID" 2>/dev/null || true
+		SVC_PID=
+	fi
+}
+
+# api METHOD PATH [BODY] calls the API as the bootstrap admin and prints the
+# answer; a status other than 2xx is fatal.
+api() {
+	local out status
+	out=$(curl -s -w '\n%{http_code}' -X "$1" -H "Authorization: Bearer $BOOTSTRAP" \
+		-H 'Content-Type: application/json' ${3:+--data-binary "$3"} "$SVC_URL$2") || die "$1 $2 failed"
+	status=${out##*$'\n'}
+	case "$status" in 2??) ;; *) die "$1 $2: $status ${out%$'\n'*}" ;; esac
+	printf '%s\n' "${out%$'\n'*}"
+}
+
+# put_limit NAME ID_FORMAT BURST COUNT PERIOD creates or updates a limit.
+put_limit() {
+	api PUT "/v1/limits/$1" "{\"id_format\":\"$2\",\"burst\":$3,\"count\":$4,\"period\":\"$5\"}" >/dev/null
+}
+
+# decide_token prints the secret of a new token of scope decide, the scope
+# a service asking for decisions has.
+decide_token() {
+	api POST /v1/tokens "{\"name\":\"load-$RANDOM\",\"scope\":\"decide\"}" | jq -r .token
+}
+
+# wait_decides LIMIT ID waits until a check on the limit answers 200: the
+# loader has put it in the snapshot.
+wait_decides() {
+	local i
+	for i in $(seq 100); do
+		curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $BOOTSTRAP" -H 'Content-Type: application/json' \
+			--data-binary "{\"buckets\":[{\"limit\":\"$1\",\"bucket_id\":\"$2\",\"cost\":0}]}" "$SVC_URL/v1/check" |
+			grep -q 200 && return 0
+		sleep 0.1
+	done
+	die "limit $1 not in the snapshot within 10s"
+}
+
+# metric NAME prints the value of an unlabelled metric from /metrics.
+metric() {
+	curl -s "$SVC_URL/metrics" | awk -v n="$1" '$1 == n && !done {printf "%.0f\n", $2; done = 1}'
+}
+
+# cpu_ticks PID prints the user+system CPU time of a process in clock ticks.
+cpu_ticks() {
+	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# machine_ticks prints the machine's CPU time in clock ticks: "busy steal",
+# busy being everything but idle, I/O wait and what the hypervisor stole.
+# A process's own figures include the kernel's network work done on its
+# behalf (soft interrupts), which busy counts once.
+machine_ticks() {
+	awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat
+}
+
+# kernel_ticks prints the CPU time of the kernel's threads (kworkers,
+# ksoftirqd, ...) in clock ticks.
+kernel_ticks() {
+	cat /proc/[0-9]*/stat 2>/dev/null | awk '{sub(/^.*\) /, ""); if ($2 == 2) t += $12 + $13} END {print t + 0}' || true
+}
+
+# redis_up URL reports whether a Redis server answers at URL.
+redis_up() {
+	command -v redis-cli >/dev/null && [ "$(redis-cli -u "$1" ping 2>/dev/null)" = PONG ]
+}
+
+# redis_cleanup deletes the keys under the prefix this script used.
+redis_cleanup() {
+	if [ -n "$REDIS_PREFIX_IN_USE" ] && command -v redis-cli >/dev/null; then
+		redis-cli -u "$REDIS_URL_IN_USE" --scan --pattern "${REDIS_PREFIX_IN_USE}*" 2>/dev/null |
+			xargs -r -n 500 redis-cli -u "$REDIS_URL_IN_USE" del >/dev/null 2>&1 || true
+		REDIS_PREFIX_IN_USE=
+	fi
+}
+
+cleanup() {
+	local rc=$?
+	if [ -n "$LOADGEN_PID" ]; then
+		kill "$LOADGEN_PID" 2>/dev/null || true
+		wait "$LOADGEN_PID" 2>/dev/null || true
+	fi
+	stop_service
+	redis_cleanup
+	rm -rf "$WORK"
+	exit "$rc"
+}
+
+command -v curl >/dev/null || die "curl is needed"
+command -v jq >/dev/null || die "jq is needed"
