@@ -341,11 +341,12 @@ func TestFailClosed(t *testing.T) {
 }
 
 // TestOverrideTakesEffect shows that an override created over HTTP
-// changes decisions within a second: the database tells the loader.
+// changes decisions within a second: the database tells the loader, with
+// no write waiting for it.
 func TestOverrideTakesEffect(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(engine.name, func(t *testing.T) {
-			e := newEnv(t, engine.opts...)
+			e := newEnv(t, append(engine.opts, noSync())...)
 			decide := e.token("checkout", auth.Decide)
 			e.limit("PerAccount", "reg_id", 1, 1, "1h")
 			e.waitLimit("PerAccount")
@@ -365,6 +366,33 @@ func TestOverrideTakesEffect(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+		})
+	}
+}
+
+// TestWritesAreReadByTheNextDecision: once a write is answered, the next
+// decision on the same process sees it, even with no change notification
+// at all: the write waited for the snapshot to hold it.
+func TestWritesAreReadByTheNextDecision(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, append(engine.opts, silent())...)
+			decide := e.token("checkout", auth.Decide)
+			e.limit("PerAccount", "reg_id", 1, 1, "1h")
+			if r, _ := e.decided("spend", decide, bucket("PerAccount", "9", 1)); !r.Allowed || r.Decisions[0].Source != "default" {
+				t.Fatalf("the first spend after the limit's creation: %+v", r)
+			}
+			o := e.override(obj{"limit": "PerAccount", "bucket_id": "009", "unlimited": true})
+			if r, _ := e.decided("spend", decide, bucket("PerAccount", "9", 1)); !r.Allowed || r.Decisions[0].Source != "unlimited" {
+				t.Fatalf("the spend after the override's creation: %+v", r)
+			}
+			e.do("PATCH", "/v1/overrides/"+o["id"].(string), e.admin, obj{"enabled": false}).expect(t, http.StatusOK)
+			if r, _ := e.decided("spend", decide, bucket("PerAccount", "9", 1)); r.Allowed || r.Decisions[0].Source != "default" {
+				t.Fatalf("the spend after the override's disabling: %+v", r)
+			}
+			e.do("DELETE", "/v1/overrides/"+o["id"].(string), e.admin, nil).expect(t, http.StatusNoContent)
+			e.do("DELETE", "/v1/limits/PerAccount", e.admin, nil).expect(t, http.StatusNoContent)
+			e.decide("spend", decide, bucket("PerAccount", "9", 1)).expect(t, http.StatusUnprocessableEntity)
 		})
 	}
 }

@@ -63,6 +63,9 @@ func (c *clock) Advance(d time.Duration) {
 
 type envOptions struct {
 	postgres bool
+	// noSync answers writes without waiting for the snapshot; silent
+	// keeps the database's change notifications from the loader.
+	noSync, silent bool
 	failOpen bool
 	store    limiter.Store
 	web      fs.FS
@@ -79,6 +82,14 @@ func failOpen() envOption { return func(o *envOptions) { o.failOpen = true } }
 
 // withStore replaces the in-process store.
 func withStore(s limiter.Store) envOption { return func(o *envOptions) { o.store = s } }
+
+// noSync answers writes without waiting for the snapshot to hold them, so
+// that only the database's notifications bring changes to decisions.
+func noSync() envOption { return func(o *envOptions) { o.noSync = true } }
+
+// silent keeps the database's change notifications from the loader, which
+// then sees a change only when a write waits for it.
+func silent() envOption { return func(o *envOptions) { o.silent = true } }
 
 // withWeb serves the admin page's files from web.
 func withWeb(web fs.FS) envOption { return func(o *envOptions) { o.web = web } }
@@ -109,7 +120,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	c := &clock{now: time.Now().Truncate(time.Millisecond)}
 	lim := limiter.New(limiter.Config{Store: o.store, Now: c.Now, FailOpen: o.failOpen, DeniedCacheSize: 1000, Logger: log})
-	ld := loader.New(loader.Config{Source: d, Target: lim, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
+	var src loader.Source = d
+	if o.silent {
+		src = silentSource{d}
+	}
+	ld := loader.New(loader.Config{Source: src, Target: lim, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
 	admin, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(d.ListTokens, admin, 100*time.Millisecond, log)
 	// Read the tokens once before serving, so that /readyz is ready as soon
@@ -123,8 +138,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	go func() { defer wg.Done(); _ = ld.Run(ctx) }()
 	go func() { defer wg.Done(); keeper.Run(ctx) }()
 
+	sync := ld.Sync
+	if o.noSync {
+		sync = nil
+	}
 	srv := api.New(api.Config{
-		DB: d, Limiter: lim, Auth: keeper, Status: ld.Status,
+		DB: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
 		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})
@@ -142,6 +161,15 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	return &env{t: t, url: hs.URL, srv: srv, db: d, limiter: lim, loader: ld, keeper: keeper, clock: c,
 		client: &http.Client{Transport: validating(t, http.DefaultTransport)}, admin: admin}
+}
+
+// silentSource is a database that sends no change notifications.
+type silentSource struct{ *db.DB }
+
+// Watch waits for ctx to end without a notification.
+func (silentSource) Watch(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // withT returns a copy of e that reports to t, for a fuzz target's

@@ -28,6 +28,7 @@ func (s *Server) routes() {
 	json := requireMedia(mediaJSON)
 	patch := requireMedia(mediaJSON, mediaMergePatch)
 	yaml := requireMedia(mediaYAML, mediaTextYAML, mediaXYAML)
+	synced := s.synced
 
 	// Operations: no token, and nothing that names a bucket.
 	e.GET("/healthz", s.healthz)
@@ -45,19 +46,19 @@ func (s *Server) routes() {
 	v1.GET("/tokens", s.listTokens, admin, db)
 	v1.DELETE("/tokens/:id", s.revokeToken, admin, db)
 
-	v1.PUT("/limits/:name", s.putLimit, admin, db, json, small)
+	v1.PUT("/limits/:name", s.putLimit, admin, db, json, small, synced)
 	v1.GET("/limits", s.listLimits, anyScope, db)
 	v1.GET("/limits/:name", s.getLimit, anyScope, db)
-	v1.DELETE("/limits/:name", s.deleteLimit, admin, db)
+	v1.DELETE("/limits/:name", s.deleteLimit, admin, db, synced)
 
-	v1.POST("/overrides", s.createOverride, support, db, json, small)
+	v1.POST("/overrides", s.createOverride, support, db, json, small, synced)
 	v1.GET("/overrides", s.listOverrides, support, db)
 	v1.GET("/overrides/:id", s.getOverride, support, db)
-	v1.PATCH("/overrides/:id", s.patchOverride, support, db, patch, small)
-	v1.DELETE("/overrides/:id", s.deleteOverride, support, db)
+	v1.PATCH("/overrides/:id", s.patchOverride, support, db, patch, small, synced)
+	v1.DELETE("/overrides/:id", s.deleteOverride, support, db, synced)
 	v1.GET("/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1.POST("/import", s.importFile, admin, within(importTimeout), yaml, limitBody(maxImportBody))
+	v1.POST("/import", s.importFile, admin, within(importTimeout), yaml, limitBody(maxImportBody), synced)
 	v1.GET("/export", s.exportFile, admin, within(importTimeout))
 
 	v1.POST("/check", s.check, inspect, json, small)
@@ -71,6 +72,10 @@ func (s *Server) routes() {
 const (
 	dbTimeout     = 5 * time.Second
 	importTimeout = 5 * time.Minute
+	// syncTimeout bounds the wait of a successful write for the snapshot
+	// to hold it: past it, the write is answered anyway and decisions see
+	// it when the loader next reads the changes.
+	syncTimeout = time.Second
 )
 
 // within bounds the request's context to d.
@@ -82,5 +87,30 @@ func within(d time.Duration) echo.MiddlewareFunc {
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
+	}
+}
+
+// synced makes a write's success answer wait until this process's snapshot
+// holds the write, so that the client's next decision here sees it (read
+// your writes). It runs just before the status goes out, once the handler
+// has committed. Other replicas see the write when their loader reads it.
+func (s *Server) synced(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.Sync == nil {
+		return next
+	}
+	return func(c echo.Context) error {
+		res := c.Response()
+		res.Before(func() {
+			if res.Status < 200 || res.Status > 299 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), syncTimeout)
+			defer cancel()
+			if err := s.cfg.Sync(ctx); err != nil {
+				s.log.Warn("the snapshot does not hold a write yet", "err", err,
+					"request_id", res.Header().Get(echo.HeaderXRequestID))
+			}
+		})
+		return next(c)
 	}
 }

@@ -90,6 +90,9 @@ type Config struct {
 	Limiter Decider
 	// Auth authenticates bearer tokens.
 	Auth Authenticator
+	// Sync returns once the snapshot holds every change committed before
+	// the call; writes wait for it before answering. Nil waits for none.
+	Sync func(context.Context) error
 	// Status reports the loader's snapshot; nil reports none loaded.
 	Status func() loader.Status
 	// Registry receives the metrics, the Go and process collectors

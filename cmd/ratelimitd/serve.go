@@ -64,7 +64,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	srv := api.New(api.Config{
-		DB: d, Limiter: lim, Auth: keeper, Status: ld.Status,
+		DB: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
 		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log,
