@@ -14,8 +14,6 @@
 // test -v` shows; no timing decides whether a test passes, beyond generous
 // bounds that only a hang would exceed.
 //
-// Two variables change what runs:
-//
-//	RATELIMIT_E2E_RACE=true        build the service with -race; a data race fails the test
-//	RATELIMIT_E2E_KNOWN_BUGS=true  also run the checks of behaviour the service lacks yet
+// RATELIMIT_E2E_RACE=true builds the service with -race, so that a data
+// race in a service process fails the test.
 package e2e
