@@ -21,6 +21,8 @@ import (
 
 // benchServer is the API on the in-process store with a snapshot built in
 // memory: what a spend costs in this process, without network or database.
+// Limit0 to Limit2 allow every spend; Denied allows one a day, so that a
+// bucket once spent stays empty and cached.
 func benchServer(b *testing.B) (*api.Server, string) {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -28,9 +30,14 @@ func benchServer(b *testing.B) (*api.Server, string) {
 	b.Cleanup(store.Close)
 	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log})
 	builder := limiter.NewBuilder()
+	limits := []limiter.Limit{
+		{Name: "Denied", Enum: 4, IDFormat: limiter.RegID, Params: limiter.Params{Burst: 1, Count: 1, Period: 24 * time.Hour}},
+	}
 	for i, f := range []limiter.IDFormat{limiter.RegID, limiter.IPAddress, limiter.Domain} {
-		l := limiter.Limit{Name: "Limit" + strconv.Itoa(i), Enum: i + 1, IDFormat: f,
-			Params: limiter.Params{Burst: 1 << 30, Count: 1 << 19, Period: time.Second}}
+		limits = append(limits, limiter.Limit{Name: "Limit" + strconv.Itoa(i), Enum: i + 1, IDFormat: f,
+			Params: limiter.Params{Burst: 1 << 30, Count: 1 << 19, Period: time.Second}})
+	}
+	for _, l := range limits {
 		if err := builder.PutLimit(l); err != nil {
 			b.Fatal(err)
 		}
@@ -70,5 +77,75 @@ func BenchmarkSpendHTTP(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps the status and forgets the
+// body, so that a benchmark measures the handler, not a recorder.
+type discardWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.header }
+func (w *discardWriter) WriteHeader(status int)      { w.status = status }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// BenchmarkDecisionHandler measures what the service's own code costs per
+// decision: the handler chain from ServeHTTP down, on the in-process store,
+// with the request and the writer reused, so that neither the test's
+// allocations nor net/http's are counted. The allowed runs spend on a huge
+// burst; the denied ones on a burst of 1, emptied before the timer starts,
+// which the denied cache answers.
+func BenchmarkDecisionHandler(b *testing.B) {
+	bodies := []struct{ name, body string }{
+		{"1 bucket allowed", `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"}]}`},
+		{"3 buckets allowed", `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`},
+		{"1 bucket denied", `{"buckets":[{"limit":"Denied","bucket_id":"12345678"}]}`},
+	}
+	for _, bb := range bodies {
+		b.Run(bb.name, func(b *testing.B) {
+			srv, secret := benchServer(b)
+			if strings.Contains(bb.name, "denied") {
+				// Empty the bucket, so that every spend after is denied
+				// from the cache.
+				serveOnce(b, srv, secret, bb.body, http.StatusOK)
+			}
+			body := strings.NewReader(bb.body)
+			req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/spend", body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+secret)
+			w := &discardWriter{header: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				body.Reset(bb.body)
+				req.Body = io.NopCloser(body)
+				req.ContentLength = int64(len(bb.body))
+				clear(w.header)
+				srv.ServeHTTP(w, req)
+				if w.status != http.StatusOK {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+		})
+	}
+}
+
+// serveOnce sends one spend and checks its status.
+func serveOnce(b *testing.B, h http.Handler, secret, body string, status int) {
+	b.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/spend", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+secret)
+	w := &discardWriter{header: http.Header{}}
+	h.ServeHTTP(w, req)
+	if w.status != status {
+		b.Fatalf("status %d, want %d", w.status, status)
 	}
 }

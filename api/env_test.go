@@ -66,9 +66,9 @@ type envOptions struct {
 	// noSync answers writes without waiting for the snapshot; silent
 	// keeps the database's change notifications from the loader.
 	noSync, silent bool
-	failOpen bool
-	store    limiter.Store
-	web      fs.FS
+	failOpen       bool
+	store          limiter.Store
+	web            fs.FS
 }
 
 // envOption changes how newEnv builds the service.
