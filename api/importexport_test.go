@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 const defaultsYAML = `# Boulder's names need no id format.
@@ -140,5 +143,47 @@ func TestImportExportBadRequests(t *testing.T) {
 	e.unchanged(before)
 	for _, query := range []string{"", "kind=all", "kind=defaults&x=1"} {
 		e.do("GET", "/v1/export?"+query, e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t)
+	}
+}
+
+// TestSlowImportBody: an import may take longer to upload than the HTTP
+// server's read timeout allows other requests; a body sent in two halves,
+// the second after that timeout, is still read and imported.
+func TestSlowImportBody(t *testing.T) {
+	e := newEnv(t)
+	const timeout = 200 * time.Millisecond
+	hs := httptest.NewUnstartedServer(e.srv)
+	hs.Config.ReadTimeout, hs.Config.WriteTimeout = timeout, timeout
+	hs.Start()
+	defer hs.Close()
+	send := func(path string) (int, error) {
+		pr, pw := io.Pipe()
+		go func() {
+			half := len(defaultsYAML) / 2
+			_, _ = io.WriteString(pw, defaultsYAML[:half])
+			time.Sleep(2 * timeout)
+			_, _ = io.WriteString(pw, defaultsYAML[half:])
+			_ = pw.Close()
+		}()
+		req, err := http.NewRequest("POST", hs.URL+path, pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+e.admin)
+		req.Header.Set("Content-Type", "application/yaml")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		_, _ = io.Copy(io.Discard, res.Body)
+		return res.StatusCode, nil
+	}
+	if status, err := send("/v1/import?kind=defaults"); err != nil || status != http.StatusOK {
+		t.Fatalf("a slow import: status %d, error %v", status, err)
+	}
+	// Another route with a body keeps the server's timeout.
+	if status, err := send("/v1/tokens"); err == nil && status < 400 {
+		t.Errorf("a slow body to another route was answered %d", status)
 	}
 }

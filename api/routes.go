@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -58,8 +59,8 @@ func (s *Server) routes() {
 	v1.DELETE("/overrides/:id", s.deleteOverride, support, db, synced)
 	v1.GET("/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1.POST("/import", s.importFile, admin, within(importTimeout), yaml, limitBody(maxImportBody), synced)
-	v1.GET("/export", s.exportFile, admin, within(importTimeout))
+	v1.POST("/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody), synced)
+	v1.GET("/export", s.exportFile, admin, within(importTimeout), slowIO)
 
 	v1.POST("/check", s.check, inspect, json, small)
 	v1.POST("/spend", s.spend, decide, json, small)
@@ -87,6 +88,22 @@ func within(d time.Duration) echo.MiddlewareFunc {
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
+	}
+}
+
+// slowIO lets a route read its body and write its answer for as long as an
+// import may take, past the HTTP server's read and write timeouts, which
+// suit every other route: a large import would otherwise be committed
+// with its answer cut off.
+func slowIO(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		deadline := time.Now().Add(importTimeout + time.Minute)
+		rc := http.NewResponseController(c.Response())
+		// These fail only on a writer without deadlines (a test's
+		// recorder), where there is no timeout to extend.
+		_ = rc.SetReadDeadline(deadline)
+		_ = rc.SetWriteDeadline(deadline)
+		return next(c)
 	}
 }
 

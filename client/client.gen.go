@@ -950,10 +950,13 @@ type ClientInterface interface {
 	// Readyz Ready to decide.
 	//
 	// 200 once a snapshot of limits is loaded, the tokens are read and the
-	// store answers within a second; else 503 with the reason in `detail`
+	// store answers within its per-call timeout (at most a second); else 503
+	// with the reason in `detail`
 	// ("no snapshot of the limits is loaded yet", "the tokens have not been
 	// read yet", "the store does not answer"). The database is not asked:
-	// decisions go on from the snapshot while it is down.
+	// decisions go on from the snapshot while it is down. A store that does
+	// not answer makes the replica unready in either fail mode, so that a
+	// load balancer prefers replicas that can reach theirs.
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1302,10 +1305,13 @@ func (c *Client) Openapi(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Readyz Ready to decide.
 //
 // 200 once a snapshot of limits is loaded, the tokens are read and the
-// store answers within a second; else 503 with the reason in `detail`
+// store answers within its per-call timeout (at most a second); else 503
+// with the reason in `detail`
 // ("no snapshot of the limits is loaded yet", "the tokens have not been
 // read yet", "the store does not answer"). The database is not asked:
-// decisions go on from the snapshot while it is down.
+// decisions go on from the snapshot while it is down. A store that does
+// not answer makes the replica unready in either fail mode, so that a
+// load balancer prefers replicas that can reach theirs.
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3036,10 +3042,13 @@ type ClientWithResponsesInterface interface {
 	// ReadyzWithResponse Ready to decide.
 	//
 	// 200 once a snapshot of limits is loaded, the tokens are read and the
-	// store answers within a second; else 503 with the reason in `detail`
+	// store answers within its per-call timeout (at most a second); else 503
+	// with the reason in `detail`
 	// ("no snapshot of the limits is loaded yet", "the tokens have not been
 	// read yet", "the store does not answer"). The database is not asked:
-	// decisions go on from the snapshot while it is down.
+	// decisions go on from the snapshot while it is down. A store that does
+	// not answer makes the replica unready in either fail mode, so that a
+	// load balancer prefers replicas that can reach theirs.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5582,10 +5591,13 @@ func (c *ClientWithResponses) OpenapiWithResponse(ctx context.Context, reqEditor
 // ReadyzWithResponse Ready to decide.
 //
 // 200 once a snapshot of limits is loaded, the tokens are read and the
-// store answers within a second; else 503 with the reason in `detail`
+// store answers within its per-call timeout (at most a second); else 503
+// with the reason in `detail`
 // ("no snapshot of the limits is loaded yet", "the tokens have not been
 // read yet", "the store does not answer"). The database is not asked:
-// decisions go on from the snapshot while it is down.
+// decisions go on from the snapshot while it is down. A store that does
+// not answer makes the replica unready in either fail mode, so that a
+// load balancer prefers replicas that can reach theirs.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -255,14 +255,17 @@ func (l *Loader) since(ctx context.Context) error {
 		return nil // the first full load will see everything
 	}
 	now := l.cfg.Now()
-	ctx, cancel := context.WithTimeout(ctx, sinceTimeout)
+	sctx, cancel := context.WithTimeout(ctx, sinceTimeout)
 	defer cancel()
-	ch, err := l.cfg.Source.Since(ctx, snap.Version())
+	ch, err := l.cfg.Source.Since(sctx, snap.Version())
 	if err != nil {
 		return err
 	}
 	if ch.Version < snap.Version() {
-		return fmt.Errorf("the database went back from version %d to %d", snap.Version(), ch.Version)
+		// The database went back, restored from a backup: what it holds
+		// now is no change of this snapshot, so it is read whole.
+		l.cfg.Logger.Warn("the database went back; loading it whole", "from", snap.Version(), "to", ch.Version)
+		return l.full(ctx)
 	}
 	if ch.Version > snap.Version() {
 		b := snap.Builder()

@@ -105,6 +105,33 @@ func (s *fakeSource) write(c limiter.Changes, notify bool) {
 	}
 }
 
+// restore puts back what the source held at version, as a restore from a
+// backup does.
+func (s *fakeSource) restore(version int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version = 0
+	s.limits, s.overrides = map[string]limiter.Limit{}, map[string]limiter.Override{}
+	log := s.log
+	s.log = nil
+	for _, c := range log {
+		if c.Version > version {
+			break
+		}
+		s.version = c.Version
+		for _, l := range c.Limits {
+			s.limits[l.Name] = l
+		}
+		for _, o := range c.Overrides {
+			s.overrides[o.BucketID] = o
+		}
+		for _, o := range c.DeletedOverrides {
+			delete(s.overrides, o.BucketID)
+		}
+		s.log = append(s.log, c)
+	}
+}
+
 func (s *fakeSource) setFail(fail bool) {
 	s.mu.Lock()
 	s.fail = fail
@@ -269,5 +296,36 @@ func TestSyncSeesEarlierCommits(t *testing.T) {
 	src.setFail(true)
 	if err := l.Sync(context.Background()); err == nil {
 		t.Fatal("Sync on a failing database reported no error")
+	}
+}
+
+// TestRestoredDatabase: a database restored from a backup is behind the
+// snapshot; the next read loads it whole, so that decisions follow what it
+// holds now, not what it held before the restore.
+func TestRestoredDatabase(t *testing.T) {
+	src := newSource()
+	src.write(limiter.Changes{Limits: []limiter.Limit{limit}}, false)
+	src.write(limiter.Changes{Overrides: []limiter.Override{over("5", 42)}}, false)
+	l, tg := start(t, src, nil, time.Hour)
+	<-l.Loaded()
+	src.write(limiter.Changes{Overrides: []limiter.Override{over("6", 7)}}, false)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := burstOf(t, tg, "6"); got != 7 {
+		t.Fatalf("before the restore the burst is %d, want 7", got)
+	}
+	src.restore(2)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatalf("the read after the restore: %v", err)
+	}
+	if got := burstOf(t, tg, "6"); got != limit.Burst {
+		t.Errorf("after the restore bucket 6 has burst %d, want the default %d", got, limit.Burst)
+	}
+	if got := burstOf(t, tg, "5"); got != 42 {
+		t.Errorf("after the restore bucket 5 has burst %d, want 42", got)
+	}
+	if st := l.Status(); st.Version != 2 || st.Err != nil {
+		t.Errorf("status after the restore: %+v", st)
 	}
 }

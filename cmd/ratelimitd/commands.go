@@ -20,7 +20,8 @@ import (
 const cliActor = "cli"
 
 // command parses the flags of a subcommand (extra registers its own) and
-// opens the database without migrating, unless migrate is true.
+// opens the database, applying pending migrations when migrate is true and
+// RATELIMIT_MIGRATE allows it.
 func command(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, migrate bool, extra func(*flag.FlagSet)) (*db.DB, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,7 +32,7 @@ func command(ctx context.Context, name string, args []string, getenv func(string
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := openDB(ctx, cfg, newLogger(stderr, cfg.LogLevel), migrate)
+	d, err := openDB(ctx, cfg, newLogger(stderr, cfg.LogLevel), migrate && cfg.Migrate)
 	return d, rest, err
 }
 

@@ -153,7 +153,8 @@ func value(s setting, flagValue string, flagSet bool, getenv func(string) string
 }
 
 // masked returns the configuration for the log, secrets hidden: URLs keep
-// everything but their password, tokens show only whether they are set.
+// everything but their password (in the user part or as a parameter),
+// tokens show only whether they are set.
 func (c *config) masked() map[string]string {
 	out := make(map[string]string, len(c.raw))
 	for _, s := range settings {
@@ -162,6 +163,11 @@ func (c *config) masked() map[string]string {
 		case !s.secret || v == "" || strings.HasPrefix(v, "sqlite:"):
 		case strings.Contains(v, "://"):
 			if u, err := url.Parse(v); err == nil {
+				// libpq also takes the password as a parameter.
+				if q := u.Query(); q.Has("password") {
+					q.Set("password", "xxxxx")
+					u.RawQuery = q.Encode()
+				}
 				v = u.Redacted()
 			} else {
 				v = "(unparsable URL, hidden)"

@@ -221,19 +221,21 @@ func TestConfigErrorsNameEveryBadValue(t *testing.T) {
 }
 
 func TestMaskedConfigHidesSecrets(t *testing.T) {
-	c := &config{raw: map[string]string{
-		"RATELIMIT_DATABASE_URL":    "postgres://app:hunter2@db:5432/rl",
-		"RATELIMIT_REDIS_URL":       "redis://:s3cret@redis:6379",
-		"RATELIMIT_BOOTSTRAP_TOKEN": "rlt_abc",
-	}}
-	m := c.masked()
-	for k, v := range m {
-		if strings.Contains(v, "hunter2") || strings.Contains(v, "s3cret") || strings.Contains(v, "rlt_abc") {
-			t.Errorf("%s shows a secret: %s", k, v)
+	for _, dbURL := range []string{"postgres://app:hunter2@db:5432/rl", "postgres://app@db:5432/rl?password=hunter2&sslmode=disable"} {
+		c := &config{raw: map[string]string{
+			"RATELIMIT_DATABASE_URL":    dbURL,
+			"RATELIMIT_REDIS_URL":       "redis://:s3cret@redis:6379",
+			"RATELIMIT_BOOTSTRAP_TOKEN": "rlt_abc",
+		}}
+		m := c.masked()
+		for k, v := range m {
+			if strings.Contains(v, "hunter2") || strings.Contains(v, "s3cret") || strings.Contains(v, "rlt_abc") {
+				t.Errorf("%s shows a secret: %s", k, v)
+			}
 		}
-	}
-	if !strings.Contains(m["RATELIMIT_DATABASE_URL"], "db:5432") {
-		t.Errorf("the database URL lost its host: %s", m["RATELIMIT_DATABASE_URL"])
+		if !strings.Contains(m["RATELIMIT_DATABASE_URL"], "db:5432") {
+			t.Errorf("the database URL lost its host: %s", m["RATELIMIT_DATABASE_URL"])
+		}
 	}
 }
 
