@@ -278,7 +278,7 @@ type Decision struct {
 	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
 	Reason *DecisionReason `json:"reason"`
 
-	// Remaining Whole tokens left after the request. An unlimited bucket reports the limit's burst; a degraded answer 0.
+	// Remaining Whole tokens left after the request. A denied batch spends nothing, so there its buckets report what they hold. An unlimited bucket reports the limit's burst; a degraded answer 0.
 	Remaining int64 `json:"remaining"`
 
 	// ResetAfterMs Time until the bucket is full again.

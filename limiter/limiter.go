@@ -206,6 +206,19 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 		}
 	}
 	res := summarize(decisions)
+	if op != Refund && !res.Allowed {
+		// A denied batch spends nothing: the buckets that would have
+		// allowed their cost report what they hold, not what the spend
+		// would have left them.
+		for i, p := range sc.pos {
+			if p >= 0 && decisions[i].Allowed {
+				b := &sc.batch[p]
+				_, held := SpendStep(b.TAT, nowUS, b.Rate, 0)
+				decisions[i].Remaining, decisions[i].ResetAfter = held.Remaining, held.ResetAfter
+			}
+		}
+		res = summarize(decisions)
+	}
 	l.updateDenied(op, res.Allowed && storeOp == Spend, nowUS, sc.batch)
 	return res, nil
 }

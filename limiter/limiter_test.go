@@ -109,6 +109,10 @@ func TestSpendIsAllOrNothing(t *testing.T) {
 	if !d[0].Allowed || d[1].Allowed || d[1].Reason != limiter.ReasonLimited || d[1].BucketID != "5" || d[1].Source != limiter.SourceOverride {
 		t.Fatalf("decisions %+v", d)
 	}
+	if d[0].Remaining != 5 || d[0].ResetAfter != 0 {
+		t.Errorf("the bucket that allowed its cost reports remaining %d, reset after %v: want what it holds, 5 and 0",
+			d[0].Remaining, d[0].ResetAfter)
+	}
 	if res.RetryAfter != 30*time.Minute || res.ResetAfter != time.Hour {
 		t.Fatalf("retry %v reset %v, want 30m and 1h", res.RetryAfter, res.ResetAfter)
 	}
