@@ -18,13 +18,17 @@ func TestLimits(t *testing.T) {
 				t.Errorf("Location %q", loc)
 			}
 			l := res.object(t)
-			if l["period"] != "3h0m0s" || l["enum"] != float64(100) || l["override_count"] != float64(0) ||
+			// A name of Let's Encrypt's catalogue gets its number there.
+			if l["period"] != "3h0m0s" || l["enum"] != float64(3) || l["override_count"] != float64(0) ||
 				l["shadow"] != false || l["description"] != "orders" {
 				t.Errorf("created %v", l)
 			}
 
 			// An explicit enum, and the next one assigned from 100 up.
-			e.putLimit("Explicit", obj{"enum": 3, "id_format": "string", "burst": 1, "count": 1, "period": "1s"})
+			e.putLimit("Explicit", obj{"enum": 42, "id_format": "string", "burst": 1, "count": 1, "period": "1s"})
+			if got := e.limit("First", "ip_address", 10, 10, "1m"); got["enum"] != float64(100) {
+				t.Errorf("first assigned enum %v", got["enum"])
+			}
 			if got := e.limit("Second", "ip_address", 10, 10, "1m"); got["enum"] != float64(101) {
 				t.Errorf("second enum %v", got["enum"])
 			}
@@ -34,7 +38,7 @@ func TestLimits(t *testing.T) {
 				"name": "NewOrdersPerAccount", "id_format": "reg_id", "burst": 600, "count": 300, "period": "3h", "shadow": true,
 			}).expect(t, http.StatusOK)
 			l = res.object(t)
-			if l["burst"] != float64(600) || l["enum"] != float64(100) || l["description"] != "" || l["shadow"] != true {
+			if l["burst"] != float64(600) || l["enum"] != float64(3) || l["description"] != "" || l["shadow"] != true {
 				t.Errorf("updated %v", l)
 			}
 			// Another enum is a conflict.
@@ -65,7 +69,7 @@ func TestLimits(t *testing.T) {
 					t.Errorf("listed override_count %v", l["override_count"])
 				}
 			}
-			if len(names) != 3 || names[0] != "Explicit" || names[1] != "NewOrdersPerAccount" || names[2] != "Second" {
+			if len(names) != 4 || names[0] != "Explicit" || names[1] != "First" || names[2] != "NewOrdersPerAccount" || names[3] != "Second" {
 				t.Errorf("names %v", names)
 			}
 

@@ -455,7 +455,7 @@ type LimitPut struct {
 	Count       int64   `json:"count"`
 	Description *string `json:"description,omitempty"`
 
-	// Enum Only on creation; the next free number from 100 up when left out.
+	// Enum Only on creation. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...) while that is free, as an import gives it; any other name the next free number from 100 up.
 	Enum *int `json:"enum,omitempty"`
 
 	// IDFormat How bucket ids are written. ip_address: IPv4 or IPv6, IPv4-mapped
@@ -1033,8 +1033,10 @@ type ClientInterface interface {
 
 	// PutLimitWithBody Create (201) or update (200) a limit (admin).
 	//
-	// `enum` may be given on creation; otherwise the next free number from 100 up
-	// is assigned. It never changes: a different `enum` on update is 409.
+	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+	// catalogue gets its number there while that is free (as an import gives
+	// it), and any other name the next free number from 100 up. It never
+	// changes: a different `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1048,8 +1050,10 @@ type ClientInterface interface {
 
 	// PutLimit Create (201) or update (200) a limit (admin).
 	//
-	// `enum` may be given on creation; otherwise the next free number from 100 up
-	// is assigned. It never changes: a different `enum` on update is 409.
+	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+	// catalogue gets its number there while that is free (as an import gives
+	// it), and any other name the next free number from 100 up. It never
+	// changes: a different `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1488,8 +1492,10 @@ func (c *Client) GetLimit(ctx context.Context, name LimitNameParameter, reqEdito
 
 // PutLimitWithBody Create (201) or update (200) a limit (admin).
 //
-// `enum` may be given on creation; otherwise the next free number from 100 up
-// is assigned. It never changes: a different `enum` on update is 409.
+// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+// catalogue gets its number there while that is free (as an import gives
+// it), and any other name the next free number from 100 up. It never
+// changes: a different `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1513,8 +1519,10 @@ func (c *Client) PutLimitWithBody(ctx context.Context, name LimitNameParameter, 
 
 // PutLimit Create (201) or update (200) a limit (admin).
 //
-// `enum` may be given on creation; otherwise the next free number from 100 up
-// is assigned. It never changes: a different `enum` on update is 409.
+// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+// catalogue gets its number there while that is free (as an import gives
+// it), and any other name the next free number from 100 up. It never
+// changes: a different `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -3135,8 +3143,10 @@ type ClientWithResponsesInterface interface {
 
 	// PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 	//
-	// `enum` may be given on creation; otherwise the next free number from 100 up
-	// is assigned. It never changes: a different `enum` on update is 409.
+	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+	// catalogue gets its number there while that is free (as an import gives
+	// it), and any other name the next free number from 100 up. It never
+	// changes: a different `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -3150,8 +3160,10 @@ type ClientWithResponsesInterface interface {
 
 	// PutLimitWithResponse Create (201) or update (200) a limit (admin).
 	//
-	// `enum` may be given on creation; otherwise the next free number from 100 up
-	// is assigned. It never changes: a different `enum` on update is 409.
+	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+	// catalogue gets its number there while that is free (as an import gives
+	// it), and any other name the next free number from 100 up. It never
+	// changes: a different `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -5744,8 +5756,10 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name Lim
 
 // PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 //
-// `enum` may be given on creation; otherwise the next free number from 100 up
-// is assigned. It never changes: a different `enum` on update is 409.
+// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+// catalogue gets its number there while that is free (as an import gives
+// it), and any other name the next free number from 100 up. It never
+// changes: a different `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -5765,8 +5779,10 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 
 // PutLimitWithResponse Create (201) or update (200) a limit (admin).
 //
-// `enum` may be given on creation; otherwise the next free number from 100 up
-// is assigned. It never changes: a different `enum` on update is 409.
+// `enum` may be given on creation; otherwise a name of Let's Encrypt's
+// catalogue gets its number there while that is free (as an import gives
+// it), and any other name the next free number from 100 up. It never
+// changes: a different `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is

@@ -175,7 +175,7 @@ func TestLimitCRUD(t *testing.T) {
 			t.Fatalf("PutLimit = %v, %v; want created", created, err)
 		}
 		want := limitOf("NewOrdersPerAccount", limiter.RegID)
-		want.Enum = limiter.FirstAssignedEnum
+		want.Enum = 3 // its number in Let's Encrypt's catalogue
 		want.CreatedAt = epoch().Truncate(time.Microsecond)
 		want.UpdatedAt = want.CreatedAt
 		if l != want {
@@ -275,6 +275,16 @@ func TestEnumAssignment(t *testing.T) {
 		change.Enum, change.Burst = 5, 98
 		if l := e.putLimit(t, change); l.Enum != 5 || l.Burst != 98 {
 			t.Errorf("update with the same enum = %+v", l)
+		}
+
+		// A name of Let's Encrypt's catalogue gets its number there while
+		// it is free (NewOrdersPerAccount is 3), else the next free one
+		// (CertificatesPerDomain is 5, which "explicit" holds).
+		if l := e.putLimit(t, limitOf("NewOrdersPerAccount", limiter.RegID)); l.Enum != 3 {
+			t.Errorf("NewOrdersPerAccount got enum %d, want 3", l.Enum)
+		}
+		if l := e.putLimit(t, limitOf("CertificatesPerDomain", limiter.DomainOrCIDR)); l.Enum != 502 {
+			t.Errorf("CertificatesPerDomain got enum %d, want 502", l.Enum)
 		}
 	})
 }

@@ -158,14 +158,22 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 
 func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Limit, outcome, error) {
 	l.CreatedAt, l.UpdatedAt = w.now, w.now
-	// Writers are serialised (see lockWrites), so no other transaction can
-	// take the number between the subquery and the insert.
+	// A limit created without an enum gets its number in Let's Encrypt's
+	// catalogue while that is free, as an import gives it, else the next
+	// free number. Writers are serialised (see lockWrites), so no other
+	// transaction can take the number between the subqueries and the
+	// insert.
+	catalogued, _, _ := limiter.Catalogued(l.Name)
 	err := w.queryRow(ctx, []any{&l.Enum}, `
 		INSERT INTO limits (`+limitColumns+`)
-		VALUES ($1, CASE WHEN $2 > 0 THEN $2 ELSE (SELECT COALESCE(MAX(enum), $3 - 1) + 1 FROM limits WHERE enum >= $3) END,
+		VALUES ($1, CASE
+				WHEN $2 > 0 THEN $2
+				WHEN $11 > 0 AND NOT EXISTS (SELECT 1 FROM limits WHERE enum = $11) THEN $11
+				ELSE (SELECT COALESCE(MAX(enum), $3 - 1) + 1 FROM limits WHERE enum >= $3) END,
 			$4, $5, $6, $7, $8, $9, $10, $10)
 		RETURNING enum`,
-		l.Name, l.Enum, limiter.FirstAssignedEnum, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, w.now)
+		l.Name, l.Enum, limiter.FirstAssignedEnum, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, w.now,
+		catalogued)
 	switch violated(err) {
 	case "":
 	case limitsEnumKey:

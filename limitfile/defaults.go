@@ -116,7 +116,7 @@ func (r *defaultsReader) entry(k, v *yaml.Node) {
 // name must have the catalogue's format, unless the stored limit already
 // has another one: then an export of it must import again unchanged.
 func (r *defaultsReader) idFormat(e *entry, f fields, name string, old limiter.Limit, exists bool) limiter.IDFormat {
-	_, catFormat, cat := Catalogued(name)
+	_, catFormat, cat := limiter.Catalogued(name)
 	var format limiter.IDFormat
 	if n := f.get("id_format"); n != nil {
 		if e.failed["id_format"] {
@@ -154,7 +154,7 @@ func (r *defaultsReader) idFormat(e *entry, f fields, name string, old limiter.L
 // enum returns the enum the entry gives the limit, 0 to let the database
 // choose one. Enums never change, and two limits never share one.
 func (r *defaultsReader) enum(e *entry, f fields, name string, old limiter.Limit, exists bool) int {
-	catEnum, _, cat := Catalogued(name)
+	catEnum, _, cat := limiter.Catalogued(name)
 	var enum int
 	v, present, ok := readInt(e, f, "enum")
 	line := lineOf(f, "enum")
@@ -178,8 +178,8 @@ func (r *defaultsReader) enum(e *entry, f fields, name string, old limiter.Limit
 	case cat && int(v) != catEnum:
 		e.fail(line, "enum", fmt.Sprintf("%s has enum %d in Let's Encrypt's catalogue", name, catEnum))
 		return 0
-	case !cat && catalogueName(int(v)) != "":
-		e.fail(line, "enum", fmt.Sprintf("%d is reserved for %s of Let's Encrypt's catalogue", v, catalogueName(int(v))))
+	case !cat && limiter.CatalogueName(int(v)) != "":
+		e.fail(line, "enum", fmt.Sprintf("%d is reserved for %s of Let's Encrypt's catalogue", v, limiter.CatalogueName(int(v))))
 		return 0
 	default:
 		enum = int(v)

@@ -3,8 +3,6 @@ package limitfile
 import (
 	"strings"
 	"testing"
-
-	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 func TestParseKind(t *testing.T) {
@@ -47,39 +45,3 @@ func TestEntryErrorString(t *testing.T) {
 	}
 }
 
-func TestCatalogued(t *testing.T) {
-	want := []struct {
-		name   string
-		enum   int
-		format limiter.IDFormat
-	}{
-		{"NewRegistrationsPerIPAddress", 1, limiter.IPAddress},
-		{"NewRegistrationsPerIPv6Range", 2, limiter.IPv6Range},
-		{"NewOrdersPerAccount", 3, limiter.RegID},
-		{"FailedAuthorizationsPerDomainPerAccount", 4, limiter.RegIDDomain},
-		{"CertificatesPerDomain", 5, limiter.DomainOrCIDR},
-		{"CertificatesPerDomainPerAccount", 6, limiter.RegIDDomain},
-		{"CertificatesPerFQDNSet", 7, limiter.FQDNSet},
-		{"FailedAuthorizationsForPausingPerDomainPerAccount", 8, limiter.RegIDDomain},
-		{"LimitOverrideRequestsPerIPAddress", 9, limiter.IPAddress},
-	}
-	for _, w := range want {
-		enum, format, ok := Catalogued(w.name)
-		if !ok || enum != w.enum || format != w.format {
-			t.Errorf("Catalogued(%q) = %d, %q, %v; want %d, %q, true", w.name, enum, format, ok, w.enum, w.format)
-		}
-		if got := catalogueName(w.enum); got != w.name {
-			t.Errorf("catalogueName(%d) = %q, want %q", w.enum, got, w.name)
-		}
-	}
-	for _, name := range []string{"", "newordersperaccount", "NewOrdersPerAccount ", "AccountsPerSite"} {
-		if _, _, ok := Catalogued(name); ok {
-			t.Errorf("Catalogued(%q) is ok", name)
-		}
-	}
-	for _, enum := range []int{0, 10, 100} {
-		if got := catalogueName(enum); got != "" {
-			t.Errorf("catalogueName(%d) = %q", enum, got)
-		}
-	}
-}
