@@ -40,6 +40,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -66,6 +69,28 @@ func ParseKind(s string) (Kind, error) {
 		return "", errors.New(`kind is missing: want "defaults" or "overrides"`)
 	}
 	return "", fmt.Errorf(`kind %q is unknown: want "defaults" or "overrides"`, clip(s))
+}
+
+// DetectKind tells the kind of a document from its shape, for a command
+// line that names only the file: overrides are a list, or a map whose keys
+// are "<limit>:<id>"; defaults are a map of limit names, which never hold a
+// colon. A document that is neither is an error, as is one that does not
+// parse; Import reports the latter with its line.
+func DetectKind(data []byte) (Kind, error) {
+	root, bad := decode(data)
+	switch {
+	case bad != nil:
+		return "", bad
+	case root == nil:
+		return "", errors.New("the document is empty: nothing tells its kind")
+	case root.Kind == yaml.SequenceNode:
+		return Overrides, nil
+	case root.Kind == yaml.MappingNode && len(root.Content) > 0 && strings.Contains(root.Content[0].Value, ":"):
+		return Overrides, nil
+	case root.Kind == yaml.MappingNode:
+		return Defaults, nil
+	}
+	return "", fmt.Errorf("line %d: the document is %s, neither a map of limits nor a list of overrides", root.Line, describe(root))
 }
 
 // Store is what import and export need of the database; *db.DB satisfies it.

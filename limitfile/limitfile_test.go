@@ -45,3 +45,24 @@ func TestEntryErrorString(t *testing.T) {
 	}
 }
 
+
+func TestDetectKind(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want Kind
+		err  string
+	}{
+		{"NewOrdersPerAccount:\n  burst: 1\n", Defaults, ""},
+		{"- NewOrdersPerAccount:\n    ids: [\"1\"]\n", Overrides, ""},
+		{"NewOrdersPerAccount:12345:\n  burst: 1\n", Overrides, ""},
+		{"", "", "empty"},
+		{"# only a comment\n", "", "empty"},
+		{"just text\n", "", "line 1"},
+		{"a: [\n", "", "line"},
+	} {
+		got, err := DetectKind([]byte(tc.doc))
+		if got != tc.want || (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("DetectKind(%q) = %q, %v; want %q and an error with %q", tc.doc, got, err, tc.want, tc.err)
+		}
+	}
+}

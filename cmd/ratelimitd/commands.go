@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 // which needs no token: it already holds the database's credentials.
 const cliActor = "cli"
 
-// command parses the flags of a subcommand (extra registers its own) and
-// opens the database, applying pending migrations when migrate is true and
-// RATELIMIT_MIGRATE allows it.
-func command(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, migrate bool, extra func(*flag.FlagSet)) (*db.DB, []string, error) {
+// command parses the flags of a subcommand (extra registers its own), lets
+// check refuse them and the arguments before anything is opened, so that a
+// mistyped command touches no database, then opens the database, applying
+// pending migrations when migrate is true and RATELIMIT_MIGRATE allows it.
+func command(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, migrate bool,
+	extra func(*flag.FlagSet), check func(rest []string) error) (*db.DB, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if extra != nil {
@@ -32,29 +35,33 @@ func command(ctx context.Context, name string, args []string, getenv func(string
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := check(rest); err != nil {
+		return nil, nil, err
+	}
 	d, err := openDB(ctx, cfg, newLogger(stderr, cfg.LogLevel), migrate && cfg.Migrate)
 	return d, rest, err
 }
 
 // migrate applies pending migrations ("up") or shows the version ("status").
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	d, rest, err := command(ctx, "migrate", args, getenv, stderr, false, nil)
+	action := "up"
+	d, _, err := command(ctx, "migrate", args, getenv, stderr, false, nil, func(rest []string) error {
+		if len(rest) > 0 {
+			action = rest[0]
+		}
+		if len(rest) > 1 || action != "up" && action != "status" {
+			return fmt.Errorf("migrate: unknown action %q; want up or status", strings.Join(rest, " "))
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	action := "up"
-	if len(rest) > 0 {
-		action = rest[0]
-	}
-	switch action {
-	case "up":
+	if action == "up" {
 		if err := d.Migrate(ctx); err != nil {
 			return err
 		}
-	case "status":
-	default:
-		return fmt.Errorf("migrate: unknown action %q; want up or status", action)
 	}
 	current, latest, err := d.MigrationVersion(ctx)
 	if err != nil {
@@ -66,33 +73,44 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 
 // importFile imports a YAML file, all or nothing.
 func importFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var kind string
-	var dryRun bool
-	d, rest, err := command(ctx, "import", args, getenv, stderr, true, func(fs *flag.FlagSet) {
-		fs.StringVar(&kind, "kind", "", "defaults or overrides")
+	var (
+		kind, file string
+		dryRun     bool
+		data       []byte
+		k          limitfile.Kind
+	)
+	d, _, err := command(ctx, "import", args, getenv, stderr, true, func(fs *flag.FlagSet) {
+		fs.StringVar(&kind, "kind", "", "defaults or overrides; told from the document when left out")
 		fs.BoolVar(&dryRun, "dry-run", false, "validate and count, write nothing")
+	}, func(rest []string) error {
+		if len(rest) != 1 {
+			return errors.New("import: give exactly one FILE, after the flags")
+		}
+		file = rest[0]
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
+			return err
+		}
+		if kind == "" {
+			k, err = limitfile.DetectKind(data)
+			if err != nil {
+				return fmt.Errorf("import: %s: %w; say which with -kind", file, err)
+			}
+			return nil
+		}
+		k, err = limitfile.ParseKind(kind)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	k, err := limitfile.ParseKind(kind)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return errors.New("import: give exactly one FILE")
-	}
-	data, err := os.ReadFile(rest[0])
-	if err != nil {
-		return err
-	}
 	counts, entryErrs, err := limitfile.Import(ctx, d, cliActor, k, data, dryRun)
 	if err != nil {
 		return err
 	}
 	for _, e := range entryErrs {
-		fmt.Fprintf(stderr, "%s:%d: %s: %s\n", rest[0], e.Line, e.Entry, e.Message)
+		fmt.Fprintf(stderr, "%s:%d: %s: %s\n", file, e.Line, e.Entry, e.Message)
 	}
 	if len(entryErrs) > 0 {
 		return fmt.Errorf("import: %d bad entries; nothing was written", len(entryErrs))
@@ -108,18 +126,22 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 // exportFile writes limits or overrides in the format import reads.
 func exportFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var kind, out string
+	var k limitfile.Kind
 	d, _, err := command(ctx, "export", args, getenv, stderr, false, func(fs *flag.FlagSet) {
 		fs.StringVar(&kind, "kind", "", "defaults or overrides")
 		fs.StringVar(&out, "o", "", "write to this file instead of standard output")
+	}, func(rest []string) error {
+		if len(rest) > 0 {
+			return fmt.Errorf("export: unexpected arguments %q", strings.Join(rest, " "))
+		}
+		var err error
+		k, err = limitfile.ParseKind(kind)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	k, err := limitfile.ParseKind(kind)
-	if err != nil {
-		return err
-	}
 	data, err := limitfile.Export(ctx, d, k)
 	if err != nil {
 		return err
@@ -145,19 +167,31 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 			fs.StringVar(&scope, "scope", "", "admin, support or decide")
 		}
 	}
-	d, rest, err := command(ctx, "token "+action, args, getenv, stderr, true, extra)
+	d, rest, err := command(ctx, "token "+action, args, getenv, stderr, true, extra, func(rest []string) error {
+		switch action {
+		case "create":
+			if msg := auth.NameProblem(name); msg != "" {
+				return fmt.Errorf("token create: -name %s", msg)
+			}
+			if !auth.Scope(scope).Valid() {
+				return fmt.Errorf("token create: -scope must be admin, support or decide, got %q", scope)
+			}
+		case "list":
+		case "revoke":
+			if len(rest) != 1 {
+				return errors.New("token revoke: give exactly one ID")
+			}
+		default:
+			return fmt.Errorf("token: unknown action %q; want create, list or revoke", action)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	switch action {
 	case "create":
-		if msg := auth.NameProblem(name); msg != "" {
-			return fmt.Errorf("token create: -name %s", msg)
-		}
-		if !auth.Scope(scope).Valid() {
-			return fmt.Errorf("token create: -scope must be admin, support or decide, got %q", scope)
-		}
 		secret, hash := auth.NewSecret()
 		t, err := d.CreateToken(ctx, cliActor, auth.Token{Name: name, Scope: auth.Scope(scope), Hash: hash})
 		if err != nil {
@@ -180,15 +214,11 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, t.CreatedAt.Format(time.RFC3339), revoked)
 		}
 		return w.Flush()
-	case "revoke":
-		if len(rest) != 1 {
-			return errors.New("token revoke: give exactly one ID")
-		}
-		if err := d.RevokeToken(ctx, cliActor, rest[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked token %s\n", rest[0])
-		return nil
 	}
-	return fmt.Errorf("token: unknown action %q; want create, list or revoke", action)
+	// revoke, the one action left after the check.
+	if err := d.RevokeToken(ctx, cliActor, rest[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "revoked token %s\n", rest[0])
+	return nil
 }

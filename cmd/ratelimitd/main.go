@@ -3,7 +3,7 @@
 //
 //	ratelimitd serve                      run the service
 //	ratelimitd migrate [up|status]        apply or show database migrations
-//	ratelimitd import -kind K [-dry-run] FILE
+//	ratelimitd import [-kind K] [-dry-run] FILE
 //	ratelimitd export -kind K [-o FILE]
 //	ratelimitd token create -name N -scope S | list | revoke ID
 //	ratelimitd version
@@ -83,8 +83,9 @@ const usage = `usage: ratelimitd <command> [flags]
 commands:
   serve                                  run the service
   migrate [up|status]                    apply pending migrations (up, the default) or show the version
-  import -kind defaults|overrides [-dry-run] FILE
-                                         import Boulder's YAML formats, all or nothing
+  import [-kind defaults|overrides] [-dry-run] FILE
+                                         import Boulder's YAML formats, all or nothing; the kind
+                                         is told from the document when left out
   export -kind defaults|overrides [-o FILE]
                                          export in the formats import reads
   token create -name NAME -scope admin|support|decide

@@ -293,8 +293,8 @@ func TestCommandLine(t *testing.T) {
 	}
 	again := filepath.Join(dir, "again.yaml")
 	mustRun("export", "-kind", "overrides", "-o", again)
-	if out := mustRun("import", "-kind", "overrides", again); !strings.Contains(out, "2 unchanged") {
-		t.Fatalf("re-importing the export changed something: %s", out)
+	if out := mustRun("import", again); !strings.Contains(out, "2 unchanged") {
+		t.Fatalf("re-importing the export, its kind told from the document, changed something: %s", out)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("- NewOrdersPerAccount:\n    burst: 0\n    count: 1\n    period: 1h\n    ids: [\"x\"]\n"), 0o644); err != nil {
@@ -309,5 +309,22 @@ func TestCommandLine(t *testing.T) {
 	}
 	if _, err := cli("nonsense"); err == nil {
 		t.Fatal("an unknown command succeeded")
+	}
+
+	// A mistyped command is refused before it opens, creates or migrates
+	// any database.
+	fresh := filepath.Join(t.TempDir(), "untouched.db")
+	env["RATELIMIT_DATABASE_URL"] = "sqlite:" + fresh
+	for _, args := range [][]string{
+		{"token", "--help"}, {"token", "frobnicate"}, {"token", "create", "-name", "x", "-scope", "root"}, {"token", "revoke"},
+		{"import"}, {"import", defaults, "-kind", "defaults"}, {"import", "-kind", "nope", defaults}, {"import", filepath.Join(dir, "missing.yaml")},
+		{"export", "-kind", "nope"}, {"export", "-kind", "defaults", "extra"}, {"migrate", "sideways"},
+	} {
+		if out, err := cli(args...); err == nil {
+			t.Errorf("%q succeeded: %s", args, out)
+		}
+		if _, err := os.Stat(fresh); err == nil {
+			t.Fatalf("%q created the database", args)
+		}
 	}
 }
