@@ -45,7 +45,6 @@ func TestEntryErrorString(t *testing.T) {
 	}
 }
 
-
 func TestDetectKind(t *testing.T) {
 	for _, tc := range []struct {
 		doc  string
