@@ -287,7 +287,13 @@ func seconds(d time.Duration) int64 {
 func (sc *decisionScratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) {
 	if i := mostRestrictive(op, res); i >= 0 {
 		d := &res.Decisions[i]
+		// The window holds the burst: burst·T, rounded up. A blocked
+		// bucket (burst 0) has none, and the draft wants a positive
+		// window: its quota of 0 is given over the period.
 		window := seconds(time.Duration(d.Params.Rate().Offset()) * time.Microsecond)
+		if window == 0 {
+			window = max(1, seconds(d.Params.Period))
+		}
 		b := append(sc.header[:0], '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";q=`...)

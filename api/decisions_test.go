@@ -134,7 +134,7 @@ func TestDecisions(t *testing.T) {
 		if r.Allowed || d.reason() != "blocked" || d.RetryAfterMS != -1 || r.RetryAfterMS != -1 || d.Source != "override" || d.Burst != 0 {
 			t.Errorf("result %+v", r)
 		}
-		wantHeaders(t, res, `"PerAccount";q=0;w=0`, `"PerAccount";r=0;t=0`, "")
+		wantHeaders(t, res, `"PerAccount";q=0;w=1`, `"PerAccount";r=0;t=0`, "")
 	})
 
 	t.Run("cost_exceeds_burst", func(t *testing.T) {
@@ -318,7 +318,7 @@ func TestDegraded(t *testing.T) {
 	if r.Allowed || !r.Degraded || r.Decisions[1].reason() != "blocked" {
 		t.Errorf("degraded and blocked %+v", r)
 	}
-	wantHeaders(t, res, `"PerAccount";q=0;w=0`, `"PerAccount";r=0;t=0`, "")
+	wantHeaders(t, res, `"PerAccount";q=0;w=1`, `"PerAccount";r=0;t=0`, "")
 	e.do("POST", "/v1/buckets/reset", e.admin, obj{"buckets": []obj{{"limit": "PerAccount", "bucket_id": "1"}}}).
 		expect(t, http.StatusServiceUnavailable)
 }
