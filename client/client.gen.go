@@ -304,7 +304,7 @@ type DecisionRequest struct {
 
 // DecisionResult defines model for DecisionResult.
 type DecisionResult struct {
-	// Allowed True when no bucket outside shadow limits is denied. Never true together with an error status.
+	// Allowed True when no bucket outside shadow limits is denied; for a refund, when every such bucket got something back (false when one was full already). Never true together with an error status.
 	Allowed bool `json:"allowed"`
 
 	// Decisions One per requested bucket, in request order.
