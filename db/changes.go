@@ -124,8 +124,9 @@ func (d *DB) Since(ctx context.Context, version int64) (limiter.Changes, error) 
 //
 // On Postgres Watch holds a connection of its own, outside the pool, that
 // LISTENs for the notification every write transaction sends at commit,
-// from any process. On SQLite, a single process's database, changed follows
-// every write committed through this DB.
+// from any process. On SQLite, changed follows every write committed
+// through this DB, and is called every second besides, for the writes of
+// other processes on the same file (the command line's).
 func (d *DB) Watch(ctx context.Context, changed func()) error {
 	if d.closed.Load() {
 		return errClosed()

@@ -1146,6 +1146,14 @@ func TestWatch(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 
+		// Another process's change to the same database: on SQLite the
+		// command line's, found by the watch's poll of the change log.
+		other := openMigrated(t, e.url, nil)
+		if _, _, err := other.PutLimit(ctx, "cli", limitOf("N", limiter.RegID)); err != nil {
+			t.Fatal(err)
+		}
+		w.wait(t, "another process's change", 3*time.Second)
+
 		cancel()
 		if err := <-w.err; !errors.Is(err, context.Canceled) {
 			t.Errorf("Watch after cancel = %v, want context.Canceled", err)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"modernc.org/sqlite"
@@ -106,16 +107,45 @@ func (s *sqliteBackend) watch(ctx context.Context, changed func()) error {
 		delete(s.watchers, ch)
 		s.mu.Unlock()
 	}()
+	last, err := s.lastSeq(ctx)
+	if err != nil {
+		return err
+	}
 	changed()
+	poll := time.NewTicker(sqlitePoll)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ch:
+		case <-poll.C:
+		}
+		seq, err := s.lastSeq(ctx)
+		if err != nil {
+			return err
+		}
+		if seq != last {
+			last = seq
 			changed()
 		}
 	}
 }
+
+// lastSeq returns the highest sequence number of the change log.
+func (s *sqliteBackend) lastSeq(ctx context.Context) (int64, error) {
+	var seq int64
+	if err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM audit`).Scan(&seq); err != nil {
+		return 0, unavailable(err)
+	}
+	return seq, nil
+}
+
+// sqlitePoll is how often a watch on SQLite reads the change log's last
+// sequence number, besides after this process's own commits: other
+// processes on the same file (ratelimitd import, token) commit without
+// telling this one. A read costs one lookup in the log's primary key.
+const sqlitePoll = time.Second
 
 func (s *sqliteBackend) translate(err error) error {
 	var se *sqlite.Error
