@@ -28,10 +28,10 @@ check:
 bench:
 	scripts/bench.sh
 
-# The Go benchmarks of the decision path, the stores, the handlers and the
-# database (the database ones need Postgres).
+# Every Go benchmark: the decision path, the stores, the handlers, the
+# database and the loader (those need Postgres and Redis; several minutes).
 microbench:
-	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/... ./api
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -timeout 60m ./...
 
 # Ten minutes at half the maximum throughput; memory and goroutines must
 # stay flat (scripts/soak.sh). Not part of the test suite.
