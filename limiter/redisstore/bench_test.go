@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,8 +97,7 @@ func benchSpends(b *testing.B, s *redisstore.Store, trips *roundTrips, keys []st
 
 // BenchmarkSpendConcurrent measures spends of one bucket from many
 // goroutines at once, as the service makes them under load, each on its
-// own bucket; cpu-µs/op is the process's CPU time
-// per spend, which on a shared machine says more than the time per spend.
+// own bucket; cpu-ns/op is the process's CPU time per spend.
 func BenchmarkSpendConcurrent(b *testing.B) {
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) { benchConcurrent(b, n) })
@@ -117,7 +115,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 	}
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
-	cpu := cpuTime()
+	cpu := testenv.CPUTime()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		batch := make([]limiter.Bucket, 1)
@@ -131,14 +129,5 @@ func benchConcurrent(b *testing.B, goroutines int) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
-}
-
-// cpuTime returns the CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	testenv.ReportCPU(b, cpu)
 }
