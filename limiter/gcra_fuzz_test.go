@@ -61,7 +61,7 @@ func FuzzGCRA(f *testing.F) {
 					t.Fatalf("allowed with a retry-after: %+v", out)
 				}
 			case 1:
-				next, out = limiter.SpendStep(tat, now, r, cost)
+				_, out = limiter.SpendStep(tat, now, r, cost)
 				next = tat // a check writes nothing
 			default:
 				next, out = limiter.RefundStep(tat, now, r, cost)

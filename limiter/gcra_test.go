@@ -24,12 +24,6 @@ func (b *bucketOf) spend(now, cost int64) limiter.Outcome {
 	return out
 }
 
-func (b *bucketOf) refund(now, cost int64) limiter.Outcome {
-	var out limiter.Outcome
-	b.tat, out = limiter.RefundStep(b.tat, now, b.rate, cost)
-	return out
-}
-
 func want(t *testing.T, what string, got, want limiter.Outcome) {
 	t.Helper()
 	if got != want {
