@@ -318,7 +318,7 @@ func TestCommandLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"token", "--help"}, {"token", "frobnicate"}, {"token", "create", "-name", "x", "-scope", "root"}, {"token", "revoke"},
 		{"import"}, {"import", defaults, "-kind", "defaults"}, {"import", "-kind", "nope", defaults}, {"import", filepath.Join(dir, "missing.yaml")},
-		{"export", "-kind", "nope"}, {"export", "-kind", "defaults", "extra"}, {"migrate", "sideways"},
+		{"export", "-kind", "nope"}, {"export", "-kind", "defaults", "extra"}, {"migrate", "sideways"}, {"serve", "extra"},
 	} {
 		if out, err := cli(args...); err == nil {
 			t.Errorf("%q succeeded: %s", args, out)

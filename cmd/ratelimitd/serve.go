@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,9 +36,12 @@ const tokenRefresh = 500 * time.Millisecond
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg, _, err := loadConfig(fs, args, getenv)
+	cfg, rest, err := loadConfig(fs, args, getenv)
 	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q; settings are flags or RATELIMIT_* variables", strings.Join(rest, " "))
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting", "version", version, "config", cfg.masked())
