@@ -89,16 +89,7 @@ func (s *fakeSource) write(c limiter.Changes, notify bool) {
 	s.mu.Lock()
 	s.version++
 	c.Version = s.version
-	for _, l := range c.Limits {
-		s.limits[l.Name] = l
-	}
-	for _, o := range c.Overrides {
-		s.overrides[o.BucketID] = o
-	}
-	for _, o := range c.DeletedOverrides {
-		delete(s.overrides, o.BucketID)
-	}
-	s.log = append(s.log, c)
+	s.apply(c)
 	s.mu.Unlock()
 	if notify {
 		s.notify <- struct{}{}
@@ -119,17 +110,22 @@ func (s *fakeSource) restore(version int64) {
 			break
 		}
 		s.version = c.Version
-		for _, l := range c.Limits {
-			s.limits[l.Name] = l
-		}
-		for _, o := range c.Overrides {
-			s.overrides[o.BucketID] = o
-		}
-		for _, o := range c.DeletedOverrides {
-			delete(s.overrides, o.BucketID)
-		}
-		s.log = append(s.log, c)
+		s.apply(c)
 	}
+}
+
+// apply makes a change and logs it; s.mu is held.
+func (s *fakeSource) apply(c limiter.Changes) {
+	for _, l := range c.Limits {
+		s.limits[l.Name] = l
+	}
+	for _, o := range c.Overrides {
+		s.overrides[o.BucketID] = o
+	}
+	for _, o := range c.DeletedOverrides {
+		delete(s.overrides, o.BucketID)
+	}
+	s.log = append(s.log, c)
 }
 
 func (s *fakeSource) setFail(fail bool) {
