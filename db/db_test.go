@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -819,6 +820,50 @@ func TestImportManyOverrides(t *testing.T) {
 			if o.Count != 51 || o.Version != 2 {
 				t.Fatalf("re-imported override = %+v", o)
 			}
+		}
+	})
+}
+
+// TestFirstTokenOnce: processes starting together on an empty database
+// each try to create the first token; exactly one does.
+func TestFirstTokenOnce(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		const processes = 6
+		handles := make([]*DB, processes)
+		for i := range handles {
+			handles[i] = openMigrated(t, e.url, nil)
+		}
+		var wg sync.WaitGroup
+		var created atomic.Int32
+		for i, d := range handles {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, hash := auth.NewSecret()
+				_, ok, err := d.CreateFirstToken(ctx, "ratelimitd", auth.Token{Name: fmt.Sprintf("first-%d", i), Scope: auth.Admin, Hash: hash})
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					created.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		tokens, err := e.db.ListTokens(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if created.Load() != 1 || len(tokens) != 1 {
+			t.Fatalf("%d processes said they created the first token; the database holds %d", created.Load(), len(tokens))
+		}
+		if err := e.db.RevokeToken(ctx, "ops", tokens[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		_, hash := auth.NewSecret()
+		if _, ok, err := e.db.CreateFirstToken(ctx, "ratelimitd", auth.Token{Name: "late", Scope: auth.Admin, Hash: hash}); err != nil || ok {
+			t.Errorf("with a revoked token in the database, CreateFirstToken = %v, %v; want no token created", ok, err)
 		}
 	})
 }

@@ -41,22 +41,46 @@ func scanToken(rows *sql.Rows) (auth.Token, error) {
 // with its ID and CreatedAt set. The secret itself never reaches this
 // package, and the hash stays out of the audit entry.
 func (d *DB) CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error) {
-	err := d.write(ctx, actor, func(w *writeTx) error {
-		t.ID, t.CreatedAt, t.RevokedAt = d.ids.next(w.now), w.now, time.Time{}
-		err := w.exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES ($1, $2, $3, $4, $5, NULL)`,
-			t.ID, t.Name, string(t.Scope), t.Hash, t.CreatedAt)
-		if violated(err) == tokensHashKey {
-			return conflictf("a token with the same secret already exists")
-		}
-		if err != nil {
-			return err
-		}
-		return w.audit(ctx, auditEntry{entity: entityToken, entityID: t.ID, action: limiter.ActionCreate, after: toTokenDoc(t)})
-	})
+	err := d.write(ctx, actor, func(w *writeTx) error { return w.createToken(ctx, &t) })
 	if err != nil {
 		return auth.Token{}, err
 	}
 	return t, nil
+}
+
+// CreateFirstToken creates t only when the database holds no token at all,
+// revoked ones included, and reports whether it did. Writers are
+// serialised (see lockWrites), so of several processes starting at once on
+// an empty database exactly one creates its token.
+func (d *DB) CreateFirstToken(ctx context.Context, actor string, t auth.Token) (auth.Token, bool, error) {
+	created := false
+	err := d.write(ctx, actor, func(w *writeTx) error {
+		var exists bool
+		if err := w.queryRow(ctx, []any{&exists}, `SELECT EXISTS (SELECT 1 FROM tokens)`); err != nil || exists {
+			return err
+		}
+		created = true
+		return w.createToken(ctx, &t)
+	})
+	if err != nil || !created {
+		return auth.Token{}, false, err
+	}
+	return t, true, nil
+}
+
+// createToken inserts t, with a new ID and the transaction's time, and its
+// audit entry.
+func (w *writeTx) createToken(ctx context.Context, t *auth.Token) error {
+	t.ID, t.CreatedAt, t.RevokedAt = w.d.ids.next(w.now), w.now, time.Time{}
+	err := w.exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES ($1, $2, $3, $4, $5, NULL)`,
+		t.ID, t.Name, string(t.Scope), t.Hash, t.CreatedAt)
+	if violated(err) == tokensHashKey {
+		return conflictf("a token with the same secret already exists")
+	}
+	if err != nil {
+		return err
+	}
+	return w.audit(ctx, auditEntry{entity: entityToken, entityID: t.ID, action: limiter.ActionCreate, after: toTokenDoc(*t)})
 }
 
 // ListTokens returns every token, revoked ones included, oldest first.

@@ -148,16 +148,16 @@ func openStore(cfg *config) (limiter.Store, string, func(), error) {
 
 // firstAdminToken makes a fresh deployment usable: when the database has
 // no token at all and no bootstrap token is configured, it creates an admin
-// token and prints its secret, which is never shown again.
+// token and prints its secret, which is never shown again. Of replicas
+// starting together on an empty database, one does.
 func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
-	tokens, err := d.ListTokens(ctx)
-	if err != nil || len(tokens) > 0 {
-		return err
-	}
 	secret, hash := auth.NewSecret()
-	t, err := d.CreateToken(ctx, "ratelimitd", auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
+	t, created, err := d.CreateFirstToken(ctx, "ratelimitd", auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
 	if err != nil {
 		return fmt.Errorf("creating the first admin token: %w", err)
+	}
+	if !created {
+		return nil
 	}
 	fmt.Fprintf(stdout, "No token existed, so an admin token was created (id %s). It is shown only this once:\n\n    %s\n\n", t.ID, secret)
 	return nil
