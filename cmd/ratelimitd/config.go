@@ -35,7 +35,7 @@ var settings = []setting{
 	{env: "RATELIMIT_SYNC_INTERVAL", flag: "sync-interval", def: "30s", usage: "period of the loader's full reload"},
 	{env: "RATELIMIT_FAIL_MODE", flag: "fail-mode", def: "open", usage: "when the store fails: open (allow, degraded) or closed (503)"},
 	{env: "RATELIMIT_DENIED_CACHE_SIZE", flag: "denied-cache-size", def: "100000", usage: "buckets known to be empty kept in memory; 0 disables"},
-	{env: "RATELIMIT_MIGRATE", flag: "migrate", def: "true", usage: "apply pending migrations on start"},
+	{env: "RATELIMIT_MIGRATE", flag: "migrate", def: "true", usage: "apply pending migrations before serve, import and token start"},
 	{env: "RATELIMIT_LOG_LEVEL", flag: "log-level", def: "info", usage: "debug, info, warn or error"},
 	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
 }
