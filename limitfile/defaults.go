@@ -82,14 +82,10 @@ func (r *defaultsReader) entry(k, v *yaml.Node) {
 	old, exists := r.existing[name]
 	l := limiter.Limit{Name: name}
 
-	burst, burstOK := requiredInt(e, f, "burst")
-	count, countOK := requiredInt(e, f, "count")
-	period, periodOK := requiredDuration(e, f, "period")
-	l.Params = limiter.Params{Burst: burst, Count: count, Period: period}
-	if burstOK && countOK && periodOK {
-		for _, fe := range l.Params.Validate(false) {
-			e.fail(lineOf(f, fe.Field), fe.Field, fe.Message)
-		}
+	l.Params = limiter.Params{Burst: requiredInt(e, f, "burst"), Count: requiredInt(e, f, "count"), Period: requiredDuration(e, f, "period")}
+	// A field reported missing or unreadable is not reported again.
+	for _, fe := range l.Params.Validate(false) {
+		e.fail(lineOf(f, fe.Field), fe.Field, fe.Message)
 	}
 	l.IDFormat = r.idFormat(e, f, name, old, exists)
 	l.Enum = r.enum(e, f, name, old, exists)
@@ -198,21 +194,21 @@ func (r *defaultsReader) enum(e *entry, f fields, name string, old limiter.Limit
 }
 
 // requiredInt reads an integer that must be given.
-func requiredInt(e *entry, f fields, key string) (int64, bool) {
-	v, present, ok := readInt(e, f, key)
+func requiredInt(e *entry, f fields, key string) int64 {
+	v, present, _ := readInt(e, f, key)
 	if !present {
 		e.fail(0, key, "required")
 	}
-	return v, ok
+	return v
 }
 
 // requiredDuration reads a duration that must be given.
-func requiredDuration(e *entry, f fields, key string) (time.Duration, bool) {
-	v, present, ok := readDuration(e, f, key)
+func requiredDuration(e *entry, f fields, key string) time.Duration {
+	v, present, _ := readDuration(e, f, key)
 	if !present {
 		e.fail(0, key, "required")
 	}
-	return v, ok
+	return v
 }
 
 // lineOf is the line of a field's value, 0 (the entry's line) when the

@@ -79,9 +79,6 @@ func group(a, b exported) int {
 func exportOverrides(ctx context.Context, st Store) ([]byte, error) {
 	var all []exported
 	_, err := st.Full(ctx, func(limiter.Limit) error { return nil }, func(o limiter.Override) error {
-		if !o.Enabled {
-			return nil
-		}
 		x := exported{limit: o.Limit, id: o.BucketID, comment: o.Comment, params: o.Params, unlimited: o.Unlimited}
 		if x.unlimited {
 			x.params = limiter.Params{}

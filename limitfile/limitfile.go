@@ -74,8 +74,8 @@ func ParseKind(s string) (Kind, error) {
 // DetectKind tells the kind of a document from its shape, for a command
 // line that names only the file: overrides are a list, or a map whose keys
 // are "<limit>:<id>"; defaults are a map of limit names, which never hold a
-// colon. A document that is neither is an error, as is one that does not
-// parse; Import reports the latter with its line.
+// colon. The error of a document that does not parse is its EntryError,
+// with its line.
 func DetectKind(data []byte) (Kind, error) {
 	root, bad := decode(data)
 	switch {
@@ -90,7 +90,8 @@ func DetectKind(data []byte) (Kind, error) {
 	case root.Kind == yaml.MappingNode:
 		return Defaults, nil
 	}
-	return "", fmt.Errorf("line %d: the document is %s, neither a map of limits nor a list of overrides", root.Line, describe(root))
+	return "", fmt.Errorf("line %d: the document is %s, neither a map of limits nor a list of overrides; name its kind",
+		root.Line, describe(root))
 }
 
 // Store is what import and export need of the database; *db.DB satisfies it.

@@ -224,14 +224,10 @@ func readOverrideParams(e *entry, f fields) overrideParams {
 		readDuration(e, f, "period")
 		return p
 	}
-	burst, burstOK := requiredInt(e, f, "burst")
-	count, countOK := requiredInt(e, f, "count")
-	period, periodOK := requiredDuration(e, f, "period")
-	p.Params = limiter.Params{Burst: burst, Count: count, Period: period}
-	if burstOK && countOK && periodOK {
-		for _, fe := range p.Params.Validate(true) {
-			e.fail(lineOf(f, fe.Field), fe.Field, fe.Message)
-		}
+	p.Params = limiter.Params{Burst: requiredInt(e, f, "burst"), Count: requiredInt(e, f, "count"), Period: requiredDuration(e, f, "period")}
+	// A field reported missing or unreadable is not reported again.
+	for _, fe := range p.Params.Validate(true) {
+		e.fail(lineOf(f, fe.Field), fe.Field, fe.Message)
 	}
 	return p
 }
@@ -244,9 +240,6 @@ func (r *overridesReader) add(e *entry, limit limiter.Limit, known bool, id stri
 		return
 	}
 	o := limiter.Override{Limit: limit.Name, BucketID: id, Params: p.Params, Unlimited: p.unlimited, Comment: p.comment}
-	if o.Unlimited {
-		o.Params = limiter.Params{}
-	}
 	idOK := true
 	for _, fe := range o.Normalize(limit) {
 		switch fe.Field {

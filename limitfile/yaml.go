@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func readFields(e *entry, m *yaml.Node, allowed ...string) fields {
 		case k.ShortTag() == "!!merge":
 			e.fail(k.Line, "", "merge keys (<<) are not supported")
 			continue
-		case !contains(allowed, key):
+		case !slices.Contains(allowed, key):
 			e.fail(k.Line, "", "unknown key "+strconv.Quote(clip(key))+": want "+strings.Join(allowed, ", "))
 			continue
 		case f.values[key] != nil:
@@ -136,21 +137,10 @@ func readFields(e *entry, m *yaml.Node, allowed ...string) fields {
 			continue
 		case v.Kind == yaml.AliasNode:
 			e.fail(v.Line, key, "YAML aliases are not supported")
-			f.values[key] = v
-			continue
 		}
 		f.values[key] = v
 	}
 	return f
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // readInt reads an integer field. Only a YAML integer is one: "20" and 1.5

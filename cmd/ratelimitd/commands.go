@@ -92,9 +92,8 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 			return err
 		}
 		if kind == "" {
-			k, err = limitfile.DetectKind(data)
-			if err != nil {
-				return fmt.Errorf("import: %s: %w; say which with -kind", file, err)
+			if k, err = limitfile.DetectKind(data); err != nil {
+				return fmt.Errorf("import: %s: %w", file, err)
 			}
 			return nil
 		}
@@ -110,7 +109,7 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	for _, e := range entryErrs {
-		fmt.Fprintf(stderr, "%s:%d: %s: %s\n", file, e.Line, e.Entry, e.Message)
+		fmt.Fprintf(stderr, "%s: %s\n", file, e)
 	}
 	if len(entryErrs) > 0 {
 		return fmt.Errorf("import: %d bad entries; nothing was written", len(entryErrs))
@@ -168,6 +167,9 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	d, rest, err := command(ctx, "token "+action, args, getenv, stderr, true, extra, func(rest []string) error {
+		if action != "revoke" && len(rest) > 0 {
+			return fmt.Errorf("token %s: unexpected arguments %q", action, strings.Join(rest, " "))
+		}
 		switch action {
 		case "create":
 			if msg := auth.NameProblem(name); msg != "" {
