@@ -15,9 +15,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// maxComment bounds comments in bytes, as the domain does.
-const maxComment = 1000
-
 // overrideCreateRequest is the body of POST /v1/overrides.
 type overrideCreateRequest struct {
 	Limit     *string          `json:"limit" validate:"required"`
@@ -123,10 +120,10 @@ func (p paramFields) parse(fs *fieldSet) limiter.Params {
 	return out
 }
 
-// checkComment bounds a comment. JSON decoding has made it valid UTF-8.
+// checkComment bounds a comment, as the domain does.
 func checkComment(s string, fs *fieldSet) {
-	if len(s) > maxComment {
-		fs.add("comment", "must be at most "+strconv.Itoa(maxComment)+" bytes")
+	if msg := limiter.TextProblem(s); msg != "" {
+		fs.add("comment", msg)
 	}
 }
 

@@ -38,17 +38,17 @@ type Limit struct {
 // of 0 stands for "not chosen yet" and is accepted.
 func (l Limit) Validate() []FieldError {
 	var ve ValidationError
-	if msg := nameProblem(l.Name); msg != "" {
+	if msg := NameProblem(l.Name); msg != "" {
 		ve.Add("name", msg)
 	}
 	if l.Enum < 0 || l.Enum > MaxEnum {
 		ve.Add("enum", "must be between 1 and "+strconv.Itoa(MaxEnum))
 	}
 	if !l.IDFormat.Valid() {
-		ve.Add("id_format", "must be one of "+formatList())
+		ve.Add("id_format", "must be one of "+FormatList())
 	}
 	ve.Fields = append(ve.Fields, l.Params.Validate(false)...)
-	if msg := textProblem(l.Description); msg != "" {
+	if msg := TextProblem(l.Description); msg != "" {
 		ve.Add("description", msg)
 	}
 	return ve.Fields
@@ -94,14 +94,14 @@ func (o *Override) Normalize(l Limit) []FieldError {
 	if !o.Unlimited {
 		ve.Fields = append(ve.Fields, o.Params.Validate(true)...)
 	}
-	if msg := textProblem(o.Comment); msg != "" {
+	if msg := TextProblem(o.Comment); msg != "" {
 		ve.Add("comment", msg)
 	}
 	return ve.Fields
 }
 
 // nameProblem checks a limit name against ^[A-Za-z][A-Za-z0-9_.-]{0,63}$.
-func nameProblem(name string) string {
+func NameProblem(name string) string {
 	if name == "" {
 		return "must not be empty"
 	}
@@ -122,9 +122,11 @@ func nameProblem(name string) string {
 }
 
 // ValidName reports whether name is a well-formed limit name.
-func ValidName(name string) bool { return nameProblem(name) == "" }
+func ValidName(name string) bool { return NameProblem(name) == "" }
 
-func textProblem(s string) string {
+// TextProblem says what is wrong with a description or comment, "" when
+// nothing is.
+func TextProblem(s string) string {
 	switch {
 	case !utf8.ValidString(s):
 		return "must be valid UTF-8"
@@ -134,7 +136,8 @@ func textProblem(s string) string {
 	return ""
 }
 
-func formatList() string {
+// FormatList names every id format, comma-separated, for messages.
+func FormatList() string {
 	s := ""
 	for i, f := range IDFormats() {
 		if i > 0 {

@@ -122,7 +122,7 @@ func (r *defaultsReader) idFormat(e *entry, f fields, name string, old limiter.L
 		format = limiter.IDFormat(s)
 		switch {
 		case n.Kind != yaml.ScalarNode || !format.Valid():
-			e.fail(n.Line, "id_format", "must be one of "+formats()+"; not "+describe(n))
+			e.fail(n.Line, "id_format", "must be one of "+limiter.FormatList()+"; not "+describe(n))
 			return ""
 		case cat && format != catFormat && !(exists && format == old.IDFormat):
 			e.fail(n.Line, "id_format", fmt.Sprintf("%s has id_format %s in Let's Encrypt's catalogue", name, catFormat))
@@ -136,7 +136,7 @@ func (r *defaultsReader) idFormat(e *entry, f fields, name string, old limiter.L
 			return catFormat
 		}
 		if !e.failed["id_format"] {
-			e.fail(0, "id_format", "required for a limit outside Let's Encrypt's catalogue; one of "+formats())
+			e.fail(0, "id_format", "required for a limit outside Let's Encrypt's catalogue; one of "+limiter.FormatList())
 		}
 		return ""
 	}
@@ -218,13 +218,4 @@ func lineOf(f fields, key string) int {
 		return n.Line
 	}
 	return 0
-}
-
-func formats() string {
-	list := limiter.IDFormats()
-	s := make([]string, len(list))
-	for i, f := range list {
-		s[i] = string(f)
-	}
-	return strings.Join(s, ", ")
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -187,7 +186,7 @@ func (r *overridesReader) mapEntry(k, v *yaml.Node) {
 // id format, which they cannot give.
 func (r *overridesReader) limit(e *entry, name string) (limiter.Limit, bool) {
 	if !limiter.ValidName(name) {
-		e.fail(0, "", fmt.Sprintf("%q is not a limit name: %s", clip(name), nameProblem(name)))
+		e.fail(0, "", fmt.Sprintf("%q is not a limit name: %s", clip(name), limiter.NameProblem(name)))
 		return limiter.Limit{}, false
 	}
 	l, ok := r.limits[name]
@@ -195,18 +194,6 @@ func (r *overridesReader) limit(e *entry, name string) (limiter.Limit, bool) {
 		e.fail(0, "", "limit "+name+" does not exist; import it with the defaults first")
 	}
 	return l, ok
-}
-
-// nameProblem says what is wrong with an invalid limit name, in the words
-// of limiter's own check.
-func nameProblem(name string) string {
-	probe := limiter.Limit{Name: name, IDFormat: limiter.String, Params: limiter.Params{Burst: 1, Count: 1, Period: time.Second}}
-	for _, fe := range probe.Validate() {
-		if fe.Field == "name" {
-			return fe.Message
-		}
-	}
-	return "invalid"
 }
 
 // readOverrideParams reads what an entry gives its buckets. Parameters
