@@ -45,10 +45,14 @@ func (d *DB) Full(ctx context.Context, onLimit func(limiter.Limit) error, onOver
 	return version, nil
 }
 
+// lastSeqQuery reads the highest audit sequence number, 0 when there is
+// none.
+const lastSeqQuery = `SELECT COALESCE(MAX(seq), 0) FROM audit`
+
 // lastSeq returns the highest audit sequence number, 0 when there is none.
 func lastSeq(ctx context.Context, d *DB, q queryer) (int64, error) {
 	var seq int64
-	err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM audit`).Scan(&seq)
+	err := q.QueryRowContext(ctx, lastSeqQuery).Scan(&seq)
 	return seq, d.fail(ctx, err)
 }
 

@@ -135,7 +135,7 @@ func (s *sqliteBackend) watch(ctx context.Context, changed func()) error {
 // lastSeq returns the highest sequence number of the change log.
 func (s *sqliteBackend) lastSeq(ctx context.Context) (int64, error) {
 	var seq int64
-	if err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM audit`).Scan(&seq); err != nil {
+	if err := s.reader.QueryRowContext(ctx, lastSeqQuery).Scan(&seq); err != nil {
 		return 0, unavailable(err)
 	}
 	return seq, nil

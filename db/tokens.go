@@ -53,6 +53,12 @@ func (d *DB) CreateToken(ctx context.Context, actor string, t auth.Token) (auth.
 // serialised (see lockWrites), so of several processes starting at once on
 // an empty database exactly one creates its token.
 func (d *DB) CreateFirstToken(ctx context.Context, actor string, t auth.Token) (auth.Token, bool, error) {
+	// The usual answer, a token exists, needs no write lock, which a long
+	// import may hold for longer than a writer waits.
+	var exists bool
+	if err := d.fail(ctx, d.reader.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tokens)`).Scan(&exists)); err != nil || exists {
+		return auth.Token{}, false, err
+	}
 	created := false
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		var exists bool
