@@ -29,8 +29,8 @@ type Request struct {
 }
 
 // Decision is the answer for one bucket of a batch. In a spend that is
-// denied as a whole, each decision is what its bucket alone would answer;
-// nothing is spent.
+// denied as a whole nothing is spent: each decision says whether its bucket
+// alone allows its cost, and what the bucket holds.
 type Decision struct {
 	Limit string
 	// BucketID is the canonical id.

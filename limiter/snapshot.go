@@ -115,9 +115,11 @@ func (s *Snapshot) resolve(buf []byte, name, bucketID string, nowUS int64) (Reso
 	o, ok := s.override(key[len(buf):], nowUS)
 	if !ok && e.IDFormat.accountWide() {
 		// The account's override, keyed like a bucket whose id is the
-		// registration id alone; built after key, so buf is not disturbed.
+		// registration id alone, built on the stack: a registration id and
+		// its prefix fit, so no decision allocates for it.
 		account, _, _ := strings.Cut(id, ":")
-		o, ok = s.override(appendKey(key, e.prefix, e.IDFormat, account)[len(key):], nowUS)
+		var a [64]byte
+		o, ok = s.override(appendKey(a[:0], e.prefix, e.IDFormat, account), nowUS)
 	}
 	if ok {
 		if o.unlimited {

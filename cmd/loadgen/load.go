@@ -48,7 +48,7 @@ type worker struct {
 	reqs [][]byte
 
 	hist     histogram
-	statuses [600]uint64
+	statuses [1000]uint64
 	errs     [kindCount]uint64
 	firstErr string
 	// done is when the last counted request finished.

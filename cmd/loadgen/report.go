@@ -53,7 +53,7 @@ type latency struct {
 func summarize(cfg *config, p *plan, workers []*worker, cpu time.Duration) *report {
 	var h histogram
 	var errs [kindCount]uint64
-	var statuses [600]uint64
+	var statuses [1000]uint64
 	r := &report{Name: cfg.name, URL: cfg.target.String(), Connections: cfg.conns, TargetRate: cfg.rate,
 		WarmupS: cfg.warmup.Seconds(), Status: map[string]uint64{}, ErrorKinds: map[string]uint64{}}
 	done := p.measureStart
