@@ -121,6 +121,8 @@ type decisionScratch struct {
 const (
 	maxPooledBody = 64 << 10
 	maxInterned   = 256
+	// maxLimitName is the longest limit name (limiter.NameProblem).
+	maxLimitName = 64
 )
 
 func (sc *decisionScratch) reset() {
@@ -134,7 +136,12 @@ func (sc *decisionScratch) reset() {
 }
 
 // intern returns b as a string, without allocating when it was seen before.
+// Only what can be a limit name is kept, so that a pooled scratch never
+// holds large strings from a body.
 func (sc *decisionScratch) intern(b []byte) string {
+	if len(b) > maxLimitName {
+		return string(b)
+	}
 	if s, ok := sc.names[string(b)]; ok {
 		return s
 	}

@@ -25,22 +25,24 @@ type Problem struct {
 	Errors []limiter.FieldError `json:"errors,omitempty"`
 }
 
+// problemNames name the kinds of problem by status.
+var problemNames = map[int]string{
+	http.StatusBadRequest:            "bad-request",
+	http.StatusUnauthorized:          "unauthorized",
+	http.StatusForbidden:             "forbidden",
+	http.StatusNotFound:              "not-found",
+	http.StatusMethodNotAllowed:      "method-not-allowed",
+	http.StatusConflict:              "conflict",
+	http.StatusPreconditionFailed:    "precondition-failed",
+	http.StatusRequestEntityTooLarge: "payload-too-large",
+	http.StatusUnsupportedMediaType:  "unsupported-media-type",
+	http.StatusUnprocessableEntity:   "validation",
+	http.StatusServiceUnavailable:    "unavailable",
+}
+
 // problemType is the stable identifier of each kind of problem.
 func problemType(status int) string {
-	names := map[int]string{
-		http.StatusBadRequest:            "bad-request",
-		http.StatusUnauthorized:          "unauthorized",
-		http.StatusForbidden:             "forbidden",
-		http.StatusNotFound:              "not-found",
-		http.StatusMethodNotAllowed:      "method-not-allowed",
-		http.StatusConflict:              "conflict",
-		http.StatusPreconditionFailed:    "precondition-failed",
-		http.StatusRequestEntityTooLarge: "payload-too-large",
-		http.StatusUnsupportedMediaType:  "unsupported-media-type",
-		http.StatusUnprocessableEntity:   "validation",
-		http.StatusServiceUnavailable:    "unavailable",
-	}
-	if name, ok := names[status]; ok {
+	if name, ok := problemNames[status]; ok {
 		return "urn:ratelimitd:problem:" + name
 	}
 	return "urn:ratelimitd:problem:internal"
@@ -145,6 +147,12 @@ func statusOf(err error) int {
 // that the client sees.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
+		// Too late to answer; a panic still goes to the log with its stack.
+		var pe *panicError
+		if errors.As(err, &pe) {
+			s.log.Error("request failed after its answer began", "request_id",
+				c.Response().Header().Get(echo.HeaderXRequestID), "path", c.Path(), "err", err)
+		}
 		return
 	}
 	p := problemFor(err)

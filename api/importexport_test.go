@@ -156,13 +156,13 @@ func TestSlowImportBody(t *testing.T) {
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = timeout, timeout
 	hs.Start()
 	defer hs.Close()
-	send := func(path string) (int, error) {
+	send := func(path, contentType, body string) (int, error) {
 		pr, pw := io.Pipe()
 		go func() {
-			half := len(defaultsYAML) / 2
-			_, _ = io.WriteString(pw, defaultsYAML[:half])
+			half := len(body) / 2
+			_, _ = io.WriteString(pw, body[:half])
 			time.Sleep(2 * timeout)
-			_, _ = io.WriteString(pw, defaultsYAML[half:])
+			_, _ = io.WriteString(pw, body[half:])
 			_ = pw.Close()
 		}()
 		req, err := http.NewRequest("POST", hs.URL+path, pr)
@@ -170,7 +170,7 @@ func TestSlowImportBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Authorization", "Bearer "+e.admin)
-		req.Header.Set("Content-Type", "application/yaml")
+		req.Header.Set("Content-Type", contentType)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err
@@ -179,11 +179,11 @@ func TestSlowImportBody(t *testing.T) {
 		_, _ = io.Copy(io.Discard, res.Body)
 		return res.StatusCode, nil
 	}
-	if status, err := send("/v1/import?kind=defaults"); err != nil || status != http.StatusOK {
+	if status, err := send("/v1/import?kind=defaults", "application/yaml", defaultsYAML); err != nil || status != http.StatusOK {
 		t.Fatalf("a slow import: status %d, error %v", status, err)
 	}
 	// Another route with a body keeps the server's timeout.
-	if status, err := send("/v1/tokens"); err == nil && status < 400 {
+	if status, err := send("/v1/tokens", "application/json", `{"name":"slow","scope":"decide"}`); err == nil && status < 400 {
 		t.Errorf("a slow body to another route was answered %d", status)
 	}
 }
