@@ -25,7 +25,7 @@ func TestRestart(t *testing.T) {
 	putLimit(t, admin, "RestartAssigned", client.LimitPut{IDFormat: client.IDFormatString, Burst: 10, Count: 10, Period: "1h", Shadow: ptr(false)})
 	// A name of Let's Encrypt's catalogue takes its enum (3) from there.
 	imp, err := admin.ImportFileWithBodyWithResponse(bg, &client.ImportFileParams{Kind: client.ImportFileParamsKindDefaults}, "application/yaml",
-		strings.NewReader("NewOrdersPerAccount:\n  burst: 300\n  count: 300\n  period: 3h\n"))
+		strings.NewReader("NewOrdersPerAccount:\n  burst: 300\n  count: 1\n  period: 3h\n"))
 	if err != nil || imp.JSON200 == nil || imp.JSON200.Created != 1 {
 		t.Fatalf("importing defaults: %v", describe(imp, err))
 	}
@@ -38,8 +38,8 @@ func TestRestart(t *testing.T) {
 	})
 
 	// Bucket states: 4 of 10 tokens spent; an override's 3 of 3; NewOrders'
-	// 1 of 300. With one token in 6 minutes (and 36 s for NewOrders)
-	// nothing refills while the test runs.
+	// 1 of 300. With one token in 6 minutes (3 hours for NewOrders)
+	// nothing refills while the test runs, however slowly it restarts.
 	spendN(t, admin, "RestartAssigned", "b", 4)
 	spendN(t, admin, "RestartExplicit", "7", 3)
 	spendN(t, admin, "NewOrdersPerAccount", "12345", 1)

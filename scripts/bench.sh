@@ -132,7 +132,8 @@ run_store() {
 		touch "$WORK/limits.done"
 	fi
 	wait_decides bench_denied_domain example.com
-	[ "$store" = redis ] && redis_pid=$(pgrep -x redis-server | head -1 || true)
+	# The server at REDIS_URL, not any redis-server that happens to run.
+	[ "$store" = redis ] && redis_pid=$(redis-cli -u "$REDIS_URL" info server | awk -F: '/^process_id/ {print $2 + 0}')
 	for sc in $SCENARIOS; do
 		best=
 		for round in $(seq "$ROUNDS"); do

@@ -45,7 +45,10 @@ seconds() {
 	*) die "durations are whole seconds, minutes or hours (30s, 10m, 1h), not $1" ;;
 	esac
 }
-duration_s=$(seconds "$DURATION") warmup_s=$(seconds "$WARMUP") every_s=$(seconds "$EVERY")
+# One assignment a line: set -e sees only the last substitution of a line.
+duration_s=$(seconds "$DURATION")
+warmup_s=$(seconds "$WARMUP")
+every_s=$(seconds "$EVERY")
 [ "$duration_s" -ge 10 ] || die "SOAK_DURATION must be at least 10s"
 [ "$every_s" -ge 1 ] || die "SOAK_EVERY must be at least 1s"
 
