@@ -451,8 +451,10 @@ type LimitName = string
 
 // LimitPut `burst` >= 1, `count` >= 1, `period` > 0, period/count at least 1µs and burst·period/count below 100 years.
 type LimitPut struct {
-	Burst       int64   `json:"burst"`
-	Count       int64   `json:"count"`
+	Burst int64 `json:"burst"`
+	Count int64 `json:"count"`
+
+	// Description At most 1000 bytes of UTF-8.
 	Description *string `json:"description,omitempty"`
 
 	// Enum Only on creation. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...) while that is free, as an import gives it; any other name the next free number from 100 up.
@@ -515,11 +517,13 @@ type Override struct {
 // `burst: 0` blocks the bucket. A `limit` that does not exist is 422.
 type OverrideCreate struct {
 	// BucketID In any notation of the limit's id format; stored canonical.
-	BucketID string  `json:"bucket_id"`
-	Burst    *int64  `json:"burst,omitempty"`
-	Comment  *string `json:"comment,omitempty"`
-	Count    *int64  `json:"count,omitempty"`
-	Enabled  *bool   `json:"enabled,omitempty"`
+	BucketID string `json:"bucket_id"`
+	Burst    *int64 `json:"burst,omitempty"`
+
+	// Comment At most 1000 bytes of UTF-8.
+	Comment *string `json:"comment,omitempty"`
+	Count   *int64  `json:"count,omitempty"`
+	Enabled *bool   `json:"enabled,omitempty"`
 
 	// ExpiresAt When the override stops applying; must be in the future.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -543,7 +547,9 @@ type OverrideList struct {
 
 // OverridePatch defines model for OverridePatch.
 type OverridePatch struct {
-	Burst   *int64  `json:"burst,omitempty"`
+	Burst *int64 `json:"burst,omitempty"`
+
+	// Comment At most 1000 bytes of UTF-8.
 	Comment *string `json:"comment,omitempty"`
 	Count   *int64  `json:"count,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
@@ -642,7 +648,7 @@ type Token struct {
 
 // TokenCreate defines model for TokenCreate.
 type TokenCreate struct {
-	// Name Recorded as the actor of every change made with the token.
+	// Name Recorded as the actor of every change made with the token; at most 64 bytes of UTF-8.
 	Name  string `json:"name"`
 	Scope Scope  `json:"scope"`
 }
@@ -736,8 +742,8 @@ type ListOverridesParams struct {
 
 	// BucketID Only overrides of this bucket, in any notation: it is canonicalised by
 	// the limit's id format first (by every limit's format when `limit` is not
-	// given, matching any of the canonical forms). An id that the format (or
-	// no limit's format) accepts is 422.
+	// given, matching any of the canonical forms). An id that the limit's
+	// format (or, without `limit`, every limit's format) refuses is 422.
 	BucketID *string `form:"bucket_id,omitempty" json:"bucket_id,omitempty"`
 	Enabled  *bool   `form:"enabled,omitempty" json:"enabled,omitempty"`
 

@@ -17,11 +17,9 @@ const TOKEN_KEY = 'ratelimitd.admin.token';
 // session is what the page knows after sign-in.
 const session = { client: null, me: null, limits: [] };
 
-// What each scope may do, as the API documents it.
-const may = {
-  manage: (scope) => scope === 'admin' || scope === 'support',
-  check: (scope) => scope === 'admin' || scope === 'support' || scope === 'decide',
-};
+// Whether a scope may change overrides, as the API documents it; every
+// scope may look buckets up.
+const mayManage = (scope) => scope === 'admin' || scope === 'support';
 
 // ---- sign-in ----
 
@@ -52,9 +50,9 @@ async function signIn(token) {
   $('#sign-in').hidden = true;
   $('#app').hidden = false;
 
-  const manage = may.manage(me.scope);
+  const manage = mayManage(me.scope);
   $('#overrides-panel').hidden = !manage;
-  $('#lookup-panel').hidden = !may.check(me.scope);
+  $('#lookup-panel').hidden = false;
   const note = $('#scope-note');
   note.hidden = manage;
   note.textContent = manage ? '' : `A ${me.scope} token can read the limits and look up buckets, but not change overrides. Sign in with a support token for that.`;
@@ -98,7 +96,7 @@ async function loadLimits() {
 }
 
 function renderLimits() {
-  const manage = may.manage(session.me.scope);
+  const manage = mayManage(session.me.scope);
   const rows = session.limits.map((l) => {
     const row = fromTemplate('limit-row');
     row.dataset.limit = l.name;
@@ -208,8 +206,8 @@ function showDecision(result) {
     : d.shadow ? 'This limit is in shadow mode: it is counted but never denies.' : '';
   warning.hidden = warning.textContent === '';
   const scope = session.me.scope;
-  $('#lk-reset').hidden = !may.manage(scope);
-  $('#lk-grant').hidden = !may.manage(scope) || d.source !== 'default';
+  $('#lk-reset').hidden = !mayManage(scope);
+  $('#lk-grant').hidden = !mayManage(scope) || d.source !== 'default';
   $('#lookup-result').hidden = false;
   $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${d.remaining} of ${d.burst} remaining.`;
 }

@@ -208,8 +208,7 @@ function removeCard(id) {
 
 async function getOverride(id) {
   const { data, etag } = await client().call('GET', path(id));
-  // The ETag carries the version; the header is the contract's word.
-  return { override: data, etag: etag ?? `"${data.version}"` };
+  return { override: data, etag };
 }
 
 // reloadCard shows an override as it is now, after someone else changed
@@ -420,11 +419,13 @@ function patchOf(o) {
   const unlimited = f.unlimited.checked;
   if (unlimited !== o.unlimited) patch.unlimited = unlimited;
   if (!unlimited) {
-    // Ending an unlimited override needs all three parameters anew.
-    const num = (v) => (v === '' ? null : Number(v));
-    if (o.unlimited || f.burst.value !== String(o.burst)) patch.burst = num(f.burst.value);
-    if (o.unlimited || f.count.value !== String(o.count)) patch.count = num(f.count.value);
-    if (o.unlimited || f.period.value.trim() !== period(o.period)) patch.period = f.period.value.trim();
+    // Ending an unlimited override needs all three parameters anew. An
+    // emptied field is left out, as in a create, and the API says which
+    // are required.
+    if (f.burst.value !== '' && (o.unlimited || f.burst.value !== String(o.burst))) patch.burst = Number(f.burst.value);
+    if (f.count.value !== '' && (o.unlimited || f.count.value !== String(o.count))) patch.count = Number(f.count.value);
+    const p = f.period.value.trim();
+    if (p !== '' && (o.unlimited || p !== period(o.period))) patch.period = p;
   }
   if (f.comment.value !== o.comment) patch.comment = f.comment.value;
   if (f.enabled.checked !== o.enabled) patch.enabled = f.enabled.checked;
@@ -452,10 +453,13 @@ async function saveEdit() {
     if (err.status === 412) {
       await reloadForm(o.id, err);
     } else if (err.status === 404) {
+      showProblem(problemBox, err, { hint: 'It was deleted by someone else.' });
+      // Closing the dialog gives the focus back later, in its close
+      // event: to the problem, since the card is gone.
+      problemBox.tabIndex = -1;
+      dialog.returnFocus = () => problemBox;
       dialog.close();
       removeCard(o.id);
-      showProblem(problemBox, err, { hint: 'It was deleted by someone else.' });
-      focusProblem(problemBox);
     } else {
       reportProblem(form, formProblem, err);
     }
