@@ -6,25 +6,10 @@ package limiter
 // keep its buckets, so these names get both from here rather than from the
 // next free number. The names are case-sensitive, as limit names are.
 func Catalogued(name string) (enum int, format IDFormat, ok bool) {
-	switch name {
-	case "NewRegistrationsPerIPAddress":
-		return 1, IPAddress, true
-	case "NewRegistrationsPerIPv6Range":
-		return 2, IPv6Range, true
-	case "NewOrdersPerAccount":
-		return 3, RegID, true
-	case "FailedAuthorizationsPerDomainPerAccount":
-		return 4, RegIDDomain, true
-	case "CertificatesPerDomain":
-		return 5, DomainOrCIDR, true
-	case "CertificatesPerDomainPerAccount":
-		return 6, RegIDDomain, true
-	case "CertificatesPerFQDNSet":
-		return 7, FQDNSet, true
-	case "FailedAuthorizationsForPausingPerDomainPerAccount":
-		return 8, RegIDDomain, true
-	case "LimitOverrideRequestsPerIPAddress":
-		return 9, IPAddress, true
+	for enum, c := range catalogue {
+		if c.name != "" && c.name == name {
+			return enum, c.format, true
+		}
 	}
 	return 0, "", false
 }
@@ -32,25 +17,24 @@ func Catalogued(name string) (enum int, format IDFormat, ok bool) {
 // CatalogueName is the inverse of Catalogued: the limit name that owns a
 // catalogue enum, or "".
 func CatalogueName(enum int) string {
-	switch enum {
-	case 1:
-		return "NewRegistrationsPerIPAddress"
-	case 2:
-		return "NewRegistrationsPerIPv6Range"
-	case 3:
-		return "NewOrdersPerAccount"
-	case 4:
-		return "FailedAuthorizationsPerDomainPerAccount"
-	case 5:
-		return "CertificatesPerDomain"
-	case 6:
-		return "CertificatesPerDomainPerAccount"
-	case 7:
-		return "CertificatesPerFQDNSet"
-	case 8:
-		return "FailedAuthorizationsForPausingPerDomainPerAccount"
-	case 9:
-		return "LimitOverrideRequestsPerIPAddress"
+	if enum < 0 || enum >= len(catalogue) {
+		return ""
 	}
-	return ""
+	return catalogue[enum].name
+}
+
+// catalogue is Let's Encrypt's list, by enum.
+var catalogue = [...]struct {
+	name   string
+	format IDFormat
+}{
+	1: {"NewRegistrationsPerIPAddress", IPAddress},
+	2: {"NewRegistrationsPerIPv6Range", IPv6Range},
+	3: {"NewOrdersPerAccount", RegID},
+	4: {"FailedAuthorizationsPerDomainPerAccount", RegIDDomain},
+	5: {"CertificatesPerDomain", DomainOrCIDR},
+	6: {"CertificatesPerDomainPerAccount", RegIDDomain},
+	7: {"CertificatesPerFQDNSet", FQDNSet},
+	8: {"FailedAuthorizationsForPausingPerDomainPerAccount", RegIDDomain},
+	9: {"LimitOverrideRequestsPerIPAddress", IPAddress},
 }

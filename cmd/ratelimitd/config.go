@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
 
@@ -42,9 +44,11 @@ var settings = []setting{
 
 // config is the validated configuration of a command.
 type config struct {
-	HTTPAddr        string
-	DatabaseURL     string
-	RedisURL        string
+	HTTPAddr    string
+	DatabaseURL string
+	RedisURL    string
+	// Redis is RedisURL parsed, nil when it is empty.
+	Redis           *redis.UniversalOptions
 	RedisPrefix     string
 	RedisTimeout    time.Duration
 	BootstrapToken  string
@@ -95,7 +99,8 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 		bad("RATELIMIT_DATABASE_URL", `want "postgres://...", "postgresql://..." or "sqlite:PATH"`)
 	}
 	if c.RedisURL != "" {
-		if _, err := redisstore.ParseURL(c.RedisURL); err != nil {
+		var err error
+		if c.Redis, err = redisstore.ParseURL(c.RedisURL); err != nil {
 			bad("RATELIMIT_REDIS_URL", "%v", err)
 		}
 	}

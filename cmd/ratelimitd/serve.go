@@ -52,10 +52,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer d.Close()
 
-	store, storeName, closeStore, err := openStore(cfg)
-	if err != nil {
-		return err
-	}
+	store, storeName, closeStore := openStore(cfg)
 	defer closeStore()
 
 	lim := limiter.New(limiter.Config{Store: store, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
@@ -132,18 +129,14 @@ func openDB(ctx context.Context, cfg *config, log *slog.Logger, migrate bool) (*
 
 // openStore returns the Redis store when a URL is configured, else the
 // in-process one, with its name and a function that releases it.
-func openStore(cfg *config) (limiter.Store, string, func(), error) {
-	if cfg.RedisURL == "" {
+func openStore(cfg *config) (limiter.Store, string, func()) {
+	if cfg.Redis == nil {
 		s := memstore.New(memstore.Options{})
-		return s, "memory", s.Close, nil
+		return s, "memory", s.Close
 	}
-	opts, err := redisstore.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	client := redis.NewUniversalClient(opts)
+	client := redis.NewUniversalClient(cfg.Redis)
 	s := redisstore.New(client, redisstore.Options{Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout})
-	return s, "redis", func() { _ = client.Close() }, nil
+	return s, "redis", func() { _ = client.Close() }
 }
 
 // firstAdminToken makes a fresh deployment usable: when the database has
