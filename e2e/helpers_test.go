@@ -198,10 +198,9 @@ func redisClients(t *testing.T, addr string) int {
 // long that took.
 func waitKnown(t *testing.T, c *client.ClientWithResponses, limit, bucketID string) time.Duration {
 	t.Helper()
-	cost := int64(0)
 	return waitFor(t, 10*time.Second, "limit "+limit+" known to decisions", func() bool {
-		res, err := c.CheckWithResponse(bg, client.DecisionRequest{Buckets: []client.BucketRequest{{Limit: limit, BucketID: bucketID, Cost: &cost}}})
-		return err == nil && res.JSON200 != nil
+		_, ok := inspect(c, limit, bucketID)
+		return ok
 	})
 }
 

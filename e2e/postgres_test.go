@@ -27,15 +27,8 @@ import (
 // server itself must keep serving the other test packages.
 func TestPostgresDown(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
-	svc := newService(t, "ratelimitd", options{databaseURL: viaProxy.String()})
+	dbURL, viaProxy, proxy := proxiedPostgres(t)
+	svc := newService(t, "ratelimitd", options{databaseURL: viaProxy})
 	admin := svc.admin()
 
 	// Decisions use one limit, the stream of writes another, whose
@@ -169,15 +162,8 @@ func status(t *testing.T, c *client.ClientWithResponses) client.Status {
 // session after idle_in_transaction_session_timeout.
 func TestPostgresStalled(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.Addr()
-	cut := newService(t, "ratelimitd-cut-off", options{databaseURL: viaProxy.String()})
+	dbURL, viaProxy, proxy := proxiedPostgres(t)
+	cut := newService(t, "ratelimitd-cut-off", options{databaseURL: viaProxy})
 	other := newService(t, "ratelimitd-direct", options{databaseURL: dbURL})
 	const limit = "PostgresStalled"
 	putLimit(t, cut.admin(), limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: 1e9, Count: 1e9, Period: "1h"})
@@ -230,4 +216,17 @@ func TestPostgresStalled(t *testing.T) {
 			t.Logf("measured: postgres stalled: %s answered an admin write %d after %v", s.name, res.StatusCode(), time.Since(start).Round(time.Millisecond))
 		}
 	}
+}
+
+// proxiedPostgres returns a fresh database's URL, the URL of the same
+// database through a proxy that the test can cut or stall, and the proxy.
+func proxiedPostgres(t *testing.T) (dbURL, viaProxy string, proxy *testenv.Proxy) {
+	dbURL = testenv.Postgres(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return dbURL, u.String(), proxy
 }

@@ -22,8 +22,7 @@ import (
 // within a second.
 func TestThreeProcesses(t *testing.T) {
 	t.Parallel()
-	testenv.Redis(t) // the shared server, or a skip (a failure in CI)
-	redisURL := "redis://" + testenv.Getenv("RATELIMIT_TEST_REDIS_ADDR", "127.0.0.1:6379")
+	redisURL := testenv.RedisURL(t)
 	opts := options{
 		databaseURL: testenv.Postgres(t),
 		redisURL:    redisURL,

@@ -17,8 +17,7 @@ import (
 // buckets' states must be as they were.
 func TestRestart(t *testing.T) {
 	t.Parallel()
-	testenv.Redis(t)
-	svc := newService(t, "ratelimitd", options{redisURL: "redis://" + testenv.Getenv("RATELIMIT_TEST_REDIS_ADDR", "127.0.0.1:6379")})
+	svc := newService(t, "ratelimitd", options{redisURL: testenv.RedisURL(t)})
 	admin := svc.admin()
 
 	putLimit(t, admin, "RestartExplicit", client.LimitPut{Enum: ptr(4242), IDFormat: client.IDFormatRegID, Burst: 10, Count: 10, Period: "1h", Description: ptr("an explicit enum")})

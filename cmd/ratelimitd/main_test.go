@@ -174,14 +174,14 @@ func (s *service) waitFor(t *testing.T, f func() bool) {
 // configuration and keeps every secret out of the log.
 func TestServeOnPostgresAndRedis(t *testing.T) {
 	pg := testenv.Postgres(t)
-	testenv.Redis(t) // fails in CI, skips elsewhere, when Redis is missing
+	redisURL := testenv.RedisURL(t) // fails in CI, skips elsewhere, when Redis is missing
 	secretFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(secretFile, []byte("boot-secret-123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := startServe(t, map[string]string{
 		"RATELIMIT_DATABASE_URL":         pg,
-		"RATELIMIT_REDIS_URL":            "redis://" + testenv.Getenv("RATELIMIT_TEST_REDIS_ADDR", "127.0.0.1:6379"),
+		"RATELIMIT_REDIS_URL":            redisURL,
 		"RATELIMIT_REDIS_PREFIX":         testenv.RandomName("rltest:") + ":",
 		"RATELIMIT_BOOTSTRAP_TOKEN_FILE": secretFile,
 		"RATELIMIT_FAIL_MODE":            "closed",

@@ -47,6 +47,14 @@ func Redis(t testing.TB) redis.UniversalClient {
 	return c
 }
 
+// RedisURL returns the URL of the shared server, for a service under test,
+// after checking as Redis does that it answers.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	Redis(t)
+	return "redis://" + Getenv("RATELIMIT_TEST_REDIS_ADDR", defaultRedisAddr)
+}
+
 // RedisCluster returns the addresses of the masters of a Redis Cluster of
 // three masters and no replicas, started from the installed redis-server
 // on the first call and shared by every later test of the binary, since
