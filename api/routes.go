@@ -39,33 +39,40 @@ func (s *Server) routes() {
 	e.GET("/admin", s.adminRedirect)
 	e.GET("/admin/*", s.adminFiles)
 
-	v1 := e.Group("/v1")
-	v1.GET("/whoami", s.whoami, anyScope)
-	v1.GET("/status", s.status, anyScope)
+	// v1 registers a route under /v1 with its middleware composed once, in
+	// order; echo's own registration would compose them on every request.
+	v1 := func(method, path string, h echo.HandlerFunc, mw ...echo.MiddlewareFunc) {
+		for i := len(mw) - 1; i >= 0; i-- {
+			h = mw[i](h)
+		}
+		e.Add(method, "/v1"+path, h)
+	}
+	v1(http.MethodGet, "/whoami", s.whoami, anyScope)
+	v1(http.MethodGet, "/status", s.status, anyScope)
 
-	v1.POST("/tokens", s.createToken, admin, db, json, small)
-	v1.GET("/tokens", s.listTokens, admin, db)
-	v1.DELETE("/tokens/:id", s.revokeToken, admin, db)
+	v1(http.MethodPost, "/tokens", s.createToken, admin, db, json, small)
+	v1(http.MethodGet, "/tokens", s.listTokens, admin, db)
+	v1(http.MethodDelete, "/tokens/:id", s.revokeToken, admin, db)
 
-	v1.PUT("/limits/:name", s.putLimit, admin, db, json, small, synced)
-	v1.GET("/limits", s.listLimits, anyScope, db)
-	v1.GET("/limits/:name", s.getLimit, anyScope, db)
-	v1.DELETE("/limits/:name", s.deleteLimit, admin, db, synced)
+	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small, synced)
+	v1(http.MethodGet, "/limits", s.listLimits, anyScope, db)
+	v1(http.MethodGet, "/limits/:name", s.getLimit, anyScope, db)
+	v1(http.MethodDelete, "/limits/:name", s.deleteLimit, admin, db, synced)
 
-	v1.POST("/overrides", s.createOverride, support, db, json, small, synced)
-	v1.GET("/overrides", s.listOverrides, support, db)
-	v1.GET("/overrides/:id", s.getOverride, support, db)
-	v1.PATCH("/overrides/:id", s.patchOverride, support, db, patch, small, synced)
-	v1.DELETE("/overrides/:id", s.deleteOverride, support, db, synced)
-	v1.GET("/overrides/:id/history", s.overrideHistory, support, db)
+	v1(http.MethodPost, "/overrides", s.createOverride, support, db, json, small, synced)
+	v1(http.MethodGet, "/overrides", s.listOverrides, support, db)
+	v1(http.MethodGet, "/overrides/:id", s.getOverride, support, db)
+	v1(http.MethodPatch, "/overrides/:id", s.patchOverride, support, db, patch, small, synced)
+	v1(http.MethodDelete, "/overrides/:id", s.deleteOverride, support, db, synced)
+	v1(http.MethodGet, "/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1.POST("/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody), synced)
-	v1.GET("/export", s.exportFile, admin, within(importTimeout), slowIO)
+	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody), synced)
+	v1(http.MethodGet, "/export", s.exportFile, admin, within(importTimeout), slowIO)
 
-	v1.POST("/check", s.check, inspect, json, small)
-	v1.POST("/spend", s.spend, decide, json, small)
-	v1.POST("/refund", s.refund, decide, json, small)
-	v1.POST("/buckets/reset", s.resetBuckets, support, json, small)
+	v1(http.MethodPost, "/check", s.check, inspect, json, small)
+	v1(http.MethodPost, "/spend", s.spend, decide, json, small)
+	v1(http.MethodPost, "/refund", s.refund, decide, json, small)
+	v1(http.MethodPost, "/buckets/reset", s.resetBuckets, support, json, small)
 }
 
 // Deadlines of the routes that use the database. Imports and exports move

@@ -161,37 +161,8 @@ func New(cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	s.echo = e
-	s.addRoutes()
-	return s
-}
-
-// addRoutes registers the routes with their middleware composed once.
-// Echo v4 composes a route's middleware on every request, which allocates
-// a closure per middleware per request; the middleware of this package
-// are pure functions of the handler they wrap, so composing them here
-// serves the same chain. routes() registers as usual; each route that has
-// middleware is then registered again, composed, which replaces it.
-func (s *Server) addRoutes() {
-	type added struct {
-		method, path string
-		handler      echo.HandlerFunc
-		middleware   []echo.MiddlewareFunc
-	}
-	var withMiddleware []added
-	s.echo.OnAddRouteHandler = func(_ string, r echo.Route, h echo.HandlerFunc, mw []echo.MiddlewareFunc) {
-		if len(mw) > 0 {
-			withMiddleware = append(withMiddleware, added{r.Method, r.Path, h, mw})
-		}
-	}
 	s.routes()
-	s.echo.OnAddRouteHandler = nil
-	for _, r := range withMiddleware {
-		h := r.handler
-		for i := len(r.middleware) - 1; i >= 0; i-- {
-			h = r.middleware[i](h)
-		}
-		s.echo.Add(r.method, r.path, h)
-	}
+	return s
 }
 
 // ServeHTTP implements http.Handler. It does what echo's ServeHTTP does,
