@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -43,12 +42,11 @@ const (
 type scriptCall struct {
 	// ctx is the caller's: a call whose context has ended by the time its
 	// pipeline is sent is not sent.
-	ctx      context.Context
-	keys     []string
-	args     []any
-	deadline time.Time
-	reply    []int64
-	err      error
+	ctx   context.Context
+	keys  []string
+	args  []any
+	reply []int64
+	err   error
 	// done receives one value when reply and err are set; it is buffered
 	// so that the pipeline never waits for a caller that gave up.
 	done chan struct{}
@@ -132,10 +130,11 @@ func (p *pipeliner) send() {
 // runQueued sends queued calls in one pipeline, which lasts as long as the
 // most patient of them; each caller stops waiting at its own deadline.
 func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+	// Every call's context has a deadline: the Store's calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
-		if c.deadline.After(deadline) {
-			deadline = c.deadline
+		if d, _ := c.ctx.Deadline(); d.After(deadline) {
+			deadline = d
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -148,11 +147,10 @@ func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.C
 // its result. Calls whose context has ended are answered with its error
 // and not sent.
 func (p *pipeliner) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
-	now := time.Now()
 	live := calls[:0]
 	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil || !c.deadline.After(now) {
-			c.err = cmp.Or(err, context.DeadlineExceeded)
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
 			c.done <- struct{}{}
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -144,10 +143,6 @@ func (s *Store) keys(batch []limiter.Bucket) []string {
 // applied the batch, false for a denied spend and for a read.
 func (s *Store) eval(ctx context.Context, m mode, nowUS int64, batch []limiter.Bucket) (bool, error) {
 	c := &scriptCall{ctx: ctx, keys: s.keys(batch), args: s.args(m, nowUS, batch), done: make(chan struct{}, 1)}
-	var ok bool
-	if c.deadline, ok = ctx.Deadline(); !ok {
-		c.deadline = time.Now().Add(s.timeout)
-	}
 	if err := s.pipe.do(c); err != nil {
 		return false, err
 	}
