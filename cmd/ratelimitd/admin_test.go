@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -62,7 +58,7 @@ func TestAdminPage(t *testing.T) {
 	// tokens may call it).
 	token := svc.createToken(t, "sam", "support")
 	p := newAdminPage(t, chromium)
-	p.do("open the page", chromedp.Navigate(svc.base+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	p.do("open the page", chromedp.Navigate(svc.url+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	p.signIn(token, "sam", "support")
 	if leaked := adminEval[bool](p, "token stays out of URLs and cookies",
 		fmt.Sprintf(`location.href.includes(%q) || document.cookie !== ''`, token)); leaked {
@@ -224,119 +220,42 @@ func historyHasRow(rows [][]string, want ...string) bool {
 
 // ---- the service ----
 
-// adminService is the program started by run, and a REST client of it.
+// adminService is the program started by run, with its bootstrap token.
 type adminService struct {
-	base, bootstrap string
-	http            *http.Client
+	*service
+	bootstrap string
 }
 
-// adminLog collects the service's log, which it writes from many
-// goroutines.
-type adminLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *adminLog) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *adminLog) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var adminListening = regexp.MustCompile(`ratelimitd listening on (http://\S+)`)
-
-// startAdminService runs "ratelimitd serve" on a free port with a fresh SQLite
-// database and stops it when the test ends.
+// startAdminService runs "ratelimitd serve" on a free port with a fresh
+// SQLite database; the test fails unless it stops cleanly when it ends.
 func startAdminService(t *testing.T) *adminService {
 	t.Helper()
 	bootstrap := testenv.RandomName("bootstrap-")
-	env := map[string]string{
-		"RATELIMIT_HTTP_ADDR":        "127.0.0.1:0",
-		"RATELIMIT_DATABASE_URL":     "sqlite:" + filepath.Join(t.TempDir(), "x.db"),
-		"RATELIMIT_BOOTSTRAP_TOKEN":  bootstrap,
-		"RATELIMIT_SHUTDOWN_TIMEOUT": "5s",
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stdoutW := io.Pipe()
-	var stderr adminLog
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve"}, func(k string) string { return env[k] }, stdoutW, &stderr)
-		stdoutW.Close()
-	}()
+	s := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": bootstrap, "RATELIMIT_SHUTDOWN_TIMEOUT": "5s"})
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("serve did not stop within 10s")
+		if err := s.stop(); err != nil {
+			t.Errorf("serve: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("the service's log:\n%s", stderr.String())
+			t.Logf("the service's log:\n%s", s.stderr.String())
 		}
 	})
-
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := adminListening.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-				break
-			}
-		}
-		// Keep reading, so that the service never blocks on stdout.
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case base := <-addr:
-		return &adminService{base: base, bootstrap: bootstrap, http: &http.Client{Timeout: 10 * time.Second}}
-	case err := <-done:
-		t.Fatalf("serve ended before listening: %v\n%s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not say where it listens within 30s\n%s", stderr.String())
-	}
-	return nil
+	return &adminService{service: s, bootstrap: bootstrap}
 }
 
-// call sends a JSON request and returns the status and the body.
+// call sends body, when not nil, as JSON and returns the status and the
+// answer.
 func (s *adminService) call(t *testing.T, method, path, token string, body any) (int, []byte) {
 	t.Helper()
-	var r io.Reader
+	var raw []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
 			t.Fatal(err)
 		}
-		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, s.base+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := s.http.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return res.StatusCode, out
+	status, out := s.service.call(t, method, path, token, string(raw))
+	return status, []byte(out)
 }
 
 // mustCall is call that fails the test unless the status is want, and
