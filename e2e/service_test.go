@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -62,7 +61,7 @@ type service struct {
 	url  string
 	// bootstrap is the admin token the process accepts from start.
 	bootstrap string
-	logs      *lockedBuffer
+	logs      *testenv.LockedBuffer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -86,7 +85,7 @@ func newService(t *testing.T, name string, opts options) *service {
 	if opts.bootstrap == "" {
 		opts.bootstrap = testenv.RandomName("bootstrap-")
 	}
-	s := &service{t: t, name: name, bootstrap: opts.bootstrap, logs: &lockedBuffer{}}
+	s := &service{t: t, name: name, bootstrap: opts.bootstrap, logs: &testenv.LockedBuffer{}}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RATELIMIT_") {
 			s.env = append(s.env, kv)
@@ -314,24 +313,6 @@ func (s *service) metrics(names ...string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// lockedBuffer collects a process's output, written by exec's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // tail returns the last n lines of s.

@@ -20,27 +20,9 @@ import (
 // service is ratelimitd serve running in this test process.
 type service struct {
 	url    string
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testenv.LockedBuffer
+	stderr *testenv.LockedBuffer
 	stop   func() error
-}
-
-// lockedBuffer collects output written by the service's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // getenv serves a fixed environment.
@@ -60,7 +42,7 @@ func startServe(t *testing.T, env map[string]string) *service {
 		env["RATELIMIT_DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &service{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	s := &service{stdout: &testenv.LockedBuffer{}, stderr: &testenv.LockedBuffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, getenv(env), s.stdout, s.stderr) }()
 	var once sync.Once
