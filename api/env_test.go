@@ -160,7 +160,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		t.Fatal("the loader did not load")
 	}
 	return &env{t: t, url: hs.URL, srv: srv, db: d, limiter: lim, loader: ld, keeper: keeper, clock: c,
-		client: &http.Client{Transport: validating(t, http.DefaultTransport)}, admin: admin}
+		client: &http.Client{Transport: testenv.Validating(t, http.DefaultTransport, 1)}, admin: admin}
 }
 
 // silentSource is a database that sends no change notifications.
@@ -177,7 +177,7 @@ func (silentSource) Watch(ctx context.Context, _ func()) error {
 func (e *env) withT(t *testing.T) *env {
 	c := *e
 	c.t = t
-	c.client = &http.Client{Transport: validating(t, http.DefaultTransport)}
+	c.client = &http.Client{Transport: testenv.Validating(t, http.DefaultTransport, 1)}
 	return &c
 }
 
@@ -260,19 +260,4 @@ func (e *env) token(name string, scope auth.Scope) string {
 	var created struct{ Token string }
 	res.json(e.t, &created)
 	return created.Token
-}
-
-// contract is openapi.yaml, loaded once per test binary.
-var contract = sync.OnceValues(func() (*testenv.Contract, error) {
-	return testenv.NewContract(ratelimitd.OpenAPI())
-})
-
-// validating checks every response that passes through it against
-// openapi.yaml: an undocumented route, status, header or body fails the test.
-func validating(t testing.TB, next http.RoundTripper) http.RoundTripper {
-	c, err := contract()
-	if err != nil {
-		t.Fatalf("openapi.yaml: %v", err)
-	}
-	return testenv.Validating(t, c, next)
 }

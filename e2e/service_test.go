@@ -264,7 +264,7 @@ func (s *service) admin() *client.ClientWithResponses { return s.client(s.bootst
 func newClient(t testing.TB, base, token string, validateEvery int) *client.ClientWithResponses {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
-	hc := &http.Client{Transport: validating(t, timed(tr), validateEvery), Timeout: 30 * time.Second}
+	hc := &http.Client{Transport: testenv.Validating(t, timed(tr), validateEvery), Timeout: 30 * time.Second}
 	c, err := client.NewClientWithResponses(base, client.WithHTTPClient(hc),
 		client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 			if token != "" {
