@@ -110,32 +110,39 @@ func (w *writeTx) importOverrides(ctx context.Context, in []limiter.Override, co
 }
 
 // overridesOfLimits returns the stored overrides of the limits that in
-// names, after checking that those limits exist.
+// names, after checking, under the write lock, that those limits exist and
+// that each bucket id is canonical by its limit's id format as it is now:
+// the caller canonicalised them before the transaction, and a concurrent
+// change of an id format would otherwise store them in the old one.
 func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) (map[bucketKey]limiter.Override, error) {
 	existing := map[bucketKey]limiter.Override{}
-	checked := map[string]bool{}
+	formats := map[string]limiter.IDFormat{}
 	for _, o := range in {
-		if checked[o.Limit] {
-			continue
-		}
-		checked[o.Limit] = true
-		_, err := getLimit(ctx, w.d, w.tx, o.Limit)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, notFoundf("override of limit %q for bucket %q: limit %q not found", o.Limit, o.BucketID, o.Limit)
-		}
-		if err != nil {
-			return nil, err
-		}
-		err = each(ctx, w.d, w.tx, func(rows *sql.Rows) error {
-			s, err := scanOverride(rows)
-			if err != nil {
-				return w.d.fail(ctx, err)
+		format, read := formats[o.Limit]
+		if !read {
+			l, err := getLimit(ctx, w.d, w.tx, o.Limit)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, notFoundf("override of limit %q for bucket %q: limit %q not found", o.Limit, o.BucketID, o.Limit)
 			}
-			existing[bucketKey{s.Limit, s.BucketID}] = s
-			return nil
-		}, `SELECT `+overrideColumns+` FROM overrides WHERE limit_name = $1`, o.Limit)
-		if err != nil {
-			return nil, err
+			if err != nil {
+				return nil, err
+			}
+			format = l.IDFormat
+			formats[o.Limit] = format
+			err = each(ctx, w.d, w.tx, func(rows *sql.Rows) error {
+				s, err := scanOverride(rows)
+				if err != nil {
+					return w.d.fail(ctx, err)
+				}
+				existing[bucketKey{s.Limit, s.BucketID}] = s
+				return nil
+			}, `SELECT `+overrideColumns+` FROM overrides WHERE limit_name = $1`, o.Limit)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if id, err := format.CanonicalOverride(o.BucketID); err != nil || id != o.BucketID {
+			return nil, conflictf("override of limit %q for bucket %q: the limit's id_format is now %s; import again", o.Limit, o.BucketID, format)
 		}
 	}
 	return existing, nil

@@ -24,8 +24,13 @@ type Limit struct {
 	Name string
 	// Enum is the small integer the name is interned to in bucket keys. It
 	// never changes, so that stored bucket states stay valid.
-	Enum     int
-	IDFormat IDFormat
+	Enum int
+	// Generation counts the creations of limits with this enum. Enums are
+	// never given to another limit, but a catalogue name deleted and
+	// created again gets its enum again: the generation, part of its bucket
+	// keys, then keeps the new limit from finding the old one's buckets.
+	Generation int
+	IDFormat   IDFormat
 	Params
 	Description string
 	// Shadow limits are computed, counted and reported, but never deny.

@@ -188,7 +188,7 @@ func (b *Builder) PutLimit(l Limit) error {
 	if old, ok := b.snap.byName[l.Name]; ok {
 		delete(b.snap.byEnum, old.Enum)
 	}
-	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum)}
+	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
 	b.snap.byName[l.Name] = e
 	b.snap.byEnum[l.Enum] = e
 	return nil
