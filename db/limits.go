@@ -213,8 +213,8 @@ func (w *writeTx) giveEnum(ctx context.Context, name string, enum int) (int, int
 		if err != nil {
 			return 0, 0, err
 		}
-		if next > limiter.MaxEnum {
-			return 0, 0, enumError(fmt.Sprintf("no enum is left: every number from %d to %d was given", limiter.FirstAssignedEnum, limiter.MaxEnum))
+		if next > int64(w.d.maxEnum) {
+			return 0, 0, enumError(fmt.Sprintf("no enum is left: every number from %d to %d was given", limiter.FirstAssignedEnum, w.d.maxEnum))
 		}
 		enum = int(next)
 	}
