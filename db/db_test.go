@@ -1529,3 +1529,28 @@ func TestMigrateRetiresEnums(t *testing.T) {
 		})
 	}
 }
+
+// TestImportCanonicalisesUnderTheLock imports overrides whose ids were
+// checked against another id format than the limit has when the write
+// runs, as an import racing a change of the format would: the ids are
+// canonicalised by the format the limit has then, and an id it refuses
+// writes nothing.
+func TestImportCanonicalisesUnderTheLock(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		e.putLimit(t, limitOf("L", limiter.Domain))
+		before := e.rowCounts(t)
+		_, err := e.db.Import(ctx, "importer", nil, []limiter.Override{overrideOf("L", "WWW.Example.co.uk"), overrideOf("L", "192.0.2.0/24")}, false)
+		wantError(t, err, limiter.ErrConflict, `override of limit "L" for bucket "192.0.2.0/24": the limit's id_format is now domain, which refuses the id; import again`)
+		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("rows %v -> %v", before, after)
+		}
+		if _, err := e.db.Import(ctx, "importer", nil, []limiter.Override{overrideOf("L", "WWW.Example.co.uk")}, false); err != nil {
+			t.Fatal(err)
+		}
+		page, _, err := e.db.ListOverrides(ctx, limiter.OverrideFilter{Limit: "L"})
+		if err != nil || len(page) != 1 || page[0].BucketID != "www.example.co.uk" {
+			t.Errorf("stored overrides = %+v, %v; want one of www.example.co.uk", page, err)
+		}
+	})
+}
