@@ -411,7 +411,7 @@ type Limit struct {
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
 
-	// Enum The small integer the name is interned to in bucket keys (`<enum>:<bucket_id>`); it never changes.
+	// Enum The small integer the name is interned to in bucket keys (`<enum>:<bucket_id>`); it never changes, and is never given to another limit.
 	Enum int `json:"enum"`
 
 	// IDFormat How bucket ids are written. ip_address: IPv4 or IPv6, IPv4-mapped
@@ -457,7 +457,7 @@ type LimitPut struct {
 	// Description At most 1000 bytes of UTF-8.
 	Description *string `json:"description,omitempty"`
 
-	// Enum Only on creation. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...) while that is free, as an import gives it; any other name the next free number from 100 up.
+	// Enum Only on creation, and never one given before to another limit. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...), as an import gives it; any other name the lowest number from 100 up that was never given. Catalogue numbers (1-9) go only to their catalogue names.
 	Enum *int `json:"enum,omitempty"`
 
 	// IDFormat How bucket ids are written. ip_address: IPv4 or IPv6, IPv4-mapped
@@ -1040,9 +1040,16 @@ type ClientInterface interface {
 	// PutLimitWithBody Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1057,9 +1064,16 @@ type ClientInterface interface {
 	// PutLimit Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1499,9 +1513,16 @@ func (c *Client) GetLimit(ctx context.Context, name LimitNameParameter, reqEdito
 // PutLimitWithBody Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1526,9 +1547,16 @@ func (c *Client) PutLimitWithBody(ctx context.Context, name LimitNameParameter, 
 // PutLimit Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -3150,9 +3178,16 @@ type ClientWithResponsesInterface interface {
 	// PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -3167,9 +3202,16 @@ type ClientWithResponsesInterface interface {
 	// PutLimitWithResponse Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -5763,9 +5805,16 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name Lim
 // PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -5786,9 +5835,16 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 // PutLimitWithResponse Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
