@@ -383,6 +383,7 @@ func TestCatalogueEnums(t *testing.T) {
 		// A catalogue name deleted and created again gets its number
 		// again, in a new generation.
 		first := e.putLimit(t, limitOf("NewOrdersPerAccount", limiter.RegID))
+		v := e.version(t)
 		if err := e.db.DeleteLimit(ctx, "alice", "NewOrdersPerAccount"); err != nil {
 			t.Fatal(err)
 		}
@@ -392,6 +393,11 @@ func TestCatalogueEnums(t *testing.T) {
 		}
 		if got, err := e.db.GetLimit(ctx, "NewOrdersPerAccount"); err != nil || got != second {
 			t.Errorf("GetLimit = %+v, %v; want %+v", got, err, second)
+		}
+		// A replica that loaded the first comes to the second.
+		c, err := e.db.Since(ctx, v)
+		if err != nil || len(c.Limits) != 1 || c.Limits[0] != second || len(c.DeletedLimits) != 0 {
+			t.Errorf("Since = %+v, %v; want the second generation", c, err)
 		}
 	})
 }

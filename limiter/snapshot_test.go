@@ -249,18 +249,18 @@ func TestGenerationsSeparateBuckets(t *testing.T) {
 		t.Fatalf("first generation: key %q, source %s; want 3:42 from the override", r.Key, r.Source)
 	}
 
+	// Deleted and created again between two loads, the limit comes as the
+	// database reports it: among the current limits, not the deleted ones,
+	// after its overrides were deleted.
+	second := orders()
+	second.Generation = 2
 	b := s.Builder()
 	err := b.Apply(limiter.Changes{
-		Version:          2,
+		Version:          3,
+		Limits:           []limiter.Limit{second},
 		DeletedOverrides: []limiter.Override{{Limit: "NewOrdersPerAccount", BucketID: "42"}},
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	b.DeleteLimit("NewOrdersPerAccount")
-	second := orders()
-	second.Generation = 2
-	if err := b.PutLimit(second); err != nil {
 		t.Fatal(err)
 	}
 	s2 := b.Snapshot(3, t0)
