@@ -6,7 +6,7 @@ import "fmt"
 // gives the limit called name. Their files name limits without either, and
 // our bucket keys must agree with Boulder's numbering for a later import to
 // keep its buckets, so these names get both from here rather than from the
-// next free number. The names are case-sensitive, as limit names are.
+// lowest number never given. The names are case-sensitive, as limit names are.
 func Catalogued(name string) (enum int, format IDFormat, ok bool) {
 	for enum, c := range catalogue {
 		if c.name != "" && c.name == name {
