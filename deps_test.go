@@ -46,7 +46,7 @@ var importRules = []importRule{
 		why: "only cmd wires the API to the concrete types"},
 	{pkg: "./...", forbid: []string{"./limiter/storetest", "./internal/testenv"},
 		except: []string{"./limiter/storetest", "./internal/testenv"},
-		why: "test helpers are imported by _test.go files only"},
+		why:    "test helpers are imported by _test.go files only"},
 }
 
 // listedPackage is what `go list -json` says of a package that the rules
