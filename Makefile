@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test check bench microbench soak fuzz generate
+.PHONY: build run test check lint bench microbench soak fuzz generate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ratelimitd ./cmd/ratelimitd
@@ -12,9 +12,19 @@ run: build
 	./bin/ratelimitd serve
 
 # The whole suite. Tests that need Postgres, Redis or Chromium skip when
-# those are missing, except under CI=true, where a missing service fails.
-test:
+# those are missing, and so does the lint without Redocly CLI, except under
+# CI=true, where anything missing fails.
+test: lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Lints openapi.yaml with Redocly CLI's recommended rules (redocly.yaml;
+# the exceptions and their reasons are in .redocly.lint-ignore.yaml).
+# `npm ci` installs the version pinned in package-lock.json.
+REDOCLY = node_modules/.bin/redocly
+lint:
+	@if [ -x $(REDOCLY) ]; then $(REDOCLY) lint --format=stylish openapi.yaml; \
+	elif [ "$$CI" = true ]; then echo "lint: Redocly CLI is not installed; run npm ci (needs Node.js 20)" >&2; exit 1; \
+	else echo "lint: skipped, Redocly CLI is not installed (npm ci installs it)"; fi
 
 check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
