@@ -119,7 +119,9 @@ func TestDecisions(t *testing.T) {
 			d.ResetAfterMS != 2990 || d.Remaining != 0 {
 			t.Errorf("result %+v", r)
 		}
-		wantHeaders(t, res, `"PerAccount";q=3;w=3`, `"PerAccount";r=0;t=3`, "1")
+		// t is when a retry can succeed (draft-ietf-httpapi-ratelimit-headers-11
+		// example B.1.4), as Retry-After says, not when the bucket is full.
+		wantHeaders(t, res, `"PerAccount";q=3;w=3`, `"PerAccount";r=0;t=1`, "1")
 		// Rounded up: 0.5 ms later, retry_after is still a whole 990 ms.
 		e.clock.Advance(500 * time.Microsecond)
 		r, _ = e.decided("check", decide, bucket("PerAccount", "43", 1))

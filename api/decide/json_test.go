@@ -1,4 +1,4 @@
-package api
+package decide
 
 import (
 	"bytes"
@@ -29,26 +29,24 @@ var decisionSeeds = []string{
 	`{"buckets":[{"limit":"L","bucket_id":"1"},]}`,
 }
 
-// FuzzDecisionDecoder holds the fast decoder to the generic one: every body
-// it takes, the generic decoder takes too, without any field error, and
-// reads into the same requests.
+// FuzzDecisionDecoder holds the fast decoder to the strict one: every body
+// it takes, the strict one takes too, without any field error, and reads
+// into the same requests. Neither may panic.
 func FuzzDecisionDecoder(f *testing.F) {
 	for _, s := range decisionSeeds {
-		f.Add([]byte(s))
+		f.Add([]byte(s), true)
 	}
-	s := &Server{validate: newValidator()}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		fast, ok := decodeDecisions(body, nil, new(decisionScratch))
+	f.Fuzz(func(t *testing.T, body []byte, withCost bool) {
+		strict, fields, err := decodeStrict(body, nil, withCost)
+		fast, ok := decodeFast(body, nil, withCost, new(scratch))
 		if !ok {
 			return
 		}
-		var req decisionRequest
-		var fs fieldSet
-		if err := s.decode(body, &req, &fs); err != nil || !fs.empty() {
-			t.Fatalf("the fast decoder took %q, the generic one says %v %v", body, err, fs.err())
+		if err != nil || len(fields) > 0 {
+			t.Fatalf("the fast decoder took %q, the strict one says %v %v", body, err, fields)
 		}
-		if generic := req.requests(nil); !reflect.DeepEqual(fast, generic) {
-			t.Fatalf("%q: fast %+v, generic %+v", body, fast, generic)
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("%q: fast %+v, strict %+v", body, fast, strict)
 		}
 	})
 }
@@ -59,7 +57,7 @@ func FuzzDecisionJSON(f *testing.F) {
 	f.Add("L", "\"\\\x00\x1f\x7f<>&\u2028\u2029\xff\xfe☃", "", int64(-1), false)
 	f.Fuzz(func(t *testing.T, limit, id, period string, n int64, allowed bool) {
 		reason := limiter.ReasonLimited
-		r := decisionResult{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decisionResponse{
+		r := result{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decision{
 			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Period: period, Source: limiter.Source(id)},
 			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
 		}}
@@ -72,7 +70,7 @@ func FuzzDecisionJSON(f *testing.F) {
 		if got := r.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want.Bytes())
 		}
-		empty := decisionResult{}
+		empty := result{}
 		want.Reset()
 		_ = enc.Encode(&empty)
 		if got := empty.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
