@@ -131,11 +131,11 @@ func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) 
 	start := time.Now()
 	id := h.cfg.Observer.RequestID()
 	w.Header()["X-Request-Id"] = []string{id}
-	sw := statusWriter{ResponseWriter: w}
-	if err := h.serve(&sw, r, rt); err != nil {
-		h.writeProblem(&sw, r, rt.path, id, err)
+	status := http.StatusOK
+	if err := h.serve(w, r, rt); err != nil {
+		status = h.writeProblem(w, r, rt.path, id, err)
 	}
-	h.cfg.Observer.ObserveRequest(rt.path, r.Method, sw.status, time.Since(start))
+	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(start))
 }
 
 // find returns the route of path, nil for none.
@@ -150,8 +150,9 @@ func find(path string) *route {
 
 // serve checks the method, the token, the media type and the size, in that
 // order, so that nobody learns anything about a route they may not use,
-// and runs the route.
-func (h *Handler) serve(w *statusWriter, r *http.Request, rt *route) (err error) {
+// and runs the route. An error is answered by the caller: a route returns
+// none once it has begun its answer.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
@@ -238,13 +239,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	sc.setHeaders(hdr, op, res)
 	sc.fill(res)
 	sc.out = sc.result.appendJSON(sc.out)
-	hdr["Content-Type"] = jsonType
-	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(sc.out)
-	return err
+	answer(w, sc.out)
+	return nil
 }
-
-var jsonType = []string{"application/json"}
 
 // reset makes buckets full again.
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) error {
@@ -258,10 +255,18 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) err
 	}
 	sc.out = strconv.AppendInt(append(sc.out, `{"reset":`...), int64(n), 10)
 	sc.out = append(sc.out, "}\n"...)
+	answer(w, sc.out)
+	return nil
+}
+
+var jsonType = []string{"application/json"}
+
+// answer writes a 200 with a JSON body. A client gone before it reads the
+// answer has nothing to learn, so a failed write is not an error.
+func answer(w http.ResponseWriter, body []byte) {
 	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(sc.out)
-	return err
+	_, _ = w.Write(body)
 }
 
 // read reads and decodes the body. A body of the wrong shape is a 400; one
@@ -350,29 +355,6 @@ func tooLarge() error {
 	return &problem{status: http.StatusRequestEntityTooLarge, detail: "the body is larger than " + strconv.Itoa(maxBody) + " bytes"}
 }
 
-// statusWriter remembers the status, for the metrics.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // problem is an error whose status and detail are meant for the client.
 type problem struct {
 	status int
@@ -396,14 +378,11 @@ var problemNames = map[int]string{
 	http.StatusServiceUnavailable:    "unavailable",
 }
 
-// writeProblem answers err as application/problem+json. Anything that is
-// not a client's mistake or an unavailable backend is internal: masked in
-// the answer, logged with its chain under the request id.
-func (h *Handler) writeProblem(w *statusWriter, r *http.Request, path, id string, err error) {
-	if w.status != 0 {
-		h.log.Error("request failed after its answer began", "request_id", id, "path", path, "err", err)
-		return
-	}
+// writeProblem answers err as application/problem+json and returns the
+// status. Anything that is not a client's mistake or an unavailable
+// backend is internal: masked in the answer, logged with its chain under
+// the request id.
+func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path, id string, err error) int {
 	var (
 		cp *problem
 		ve *limiter.ValidationError
@@ -439,9 +418,8 @@ func (h *Handler) writeProblem(w *statusWriter, r *http.Request, path, id string
 	w.WriteHeader(p.Status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(p); err != nil {
-		h.log.Warn("writing a problem", "err", err)
-	}
+	_ = enc.Encode(p)
+	return p.Status
 }
 
 // Beside serves the bucket routes with h and every other request with

@@ -27,6 +27,9 @@ var decisionSeeds = []string{
 	"{\"buckets\":[{\"limit\":\"L\",\"bucket_id\":\"\xff\"}]}",
 	`{"buckets":[{"limit":"L","bucket_id":"1"}]} x`,
 	`{"buckets":[{"limit":"L","bucket_id":"1"},]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"d","cost":5,"cost":0}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":99999999999999999999}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"a\u0000b"}]}`,
 }
 
 // FuzzDecisionDecoder holds the fast decoder to the strict one: every body
