@@ -56,9 +56,9 @@ func benchServer(b *testing.B) (http.Handler, string) {
 // in-process store, metrics, headers and the answer.
 func BenchmarkSpendHTTP(b *testing.B) {
 	bodies := map[string]string{
-		"1 bucket":        `{"buckets":[{"limit":"Limit0","bucket_id":"12345678","cost":1}]}`,
-		"3 buckets":       `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`,
-		"strict decoder":  `{"buckets":[{"limit":"Limit0","bucket_id":"1234567\u0038","cost":1}]}`,
+		"1 bucket":       `{"buckets":[{"limit":"Limit0","bucket_id":"12345678","cost":1}]}`,
+		"3 buckets":      `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`,
+		"strict decoder": `{"buckets":[{"limit":"Limit0","bucket_id":"1234567\u0038","cost":1}]}`,
 	}
 	for name, body := range bodies {
 		b.Run(name, func(b *testing.B) {
