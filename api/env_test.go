@@ -148,7 +148,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log, Now: c.Now})
 	hs := httptest.NewServer(buckets.Beside(srv))
 	t.Cleanup(func() {
 		hs.Close()

@@ -62,11 +62,10 @@ type Database interface {
 	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
 }
 
-// Decider answers decisions; *limiter.Limiter is one.
+// Decider is what the admin API needs of the engine that answers
+// decisions (package decide serves those): its health and its counters;
+// *limiter.Limiter is one.
 type Decider interface {
-	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
-	Reset(ctx context.Context, reqs []limiter.Request) (int, error)
-	Snapshot() *limiter.Snapshot
 	Ping(ctx context.Context) error
 	Stats() limiter.Stats
 }
@@ -85,7 +84,8 @@ type Authenticator interface {
 type Config struct {
 	// DB holds limits, overrides, their history and tokens.
 	DB Database
-	// Limiter answers decisions from its snapshot and store.
+	// Limiter answers decisions from its snapshot and store; /readyz and
+	// /metrics report on it.
 	Limiter Decider
 	// Auth authenticates bearer tokens.
 	Auth Authenticator

@@ -62,6 +62,9 @@ type Config struct {
 	// Logger receives server errors with their request ids; slog.Default()
 	// when nil.
 	Logger *slog.Logger
+	// Now reads the clock, for the expiry of overrides when a refused
+	// body's buckets are checked; time.Now when nil.
+	Now func() time.Time
 }
 
 // route is one path this package serves. A new route is one more entry.
@@ -109,6 +112,9 @@ func New(cfg Config) *Handler {
 	h := &Handler{cfg: cfg, log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.Default()
+	}
+	if h.cfg.Now == nil {
+		h.cfg.Now = time.Now
 	}
 	h.scratch.New = func() any { return new(scratch) }
 	return h
@@ -305,7 +311,7 @@ func (h *Handler) bucketErrors(reqs []limiter.Request, fields []limiter.FieldErr
 	for _, f := range fields {
 		bad[f.Field] = true
 	}
-	now := time.Now()
+	now := h.cfg.Now()
 	first := map[string]int{}
 	for i, r := range reqs {
 		prefix := "buckets[" + strconv.Itoa(i) + "]"
