@@ -4,8 +4,8 @@
 // admin API's router and middleware, and this is the only package that
 // holds code written for speed: a decoder for the common form of a body,
 // an encoder for the answer, pooled working memory and the RateLimit
-// headers. Each piece exists because a benchmark in this package showed
-// that it pays.
+// headers. The benchmarks here measure what each saves: the strict decoder
+// alone costs the common body about three times the allocations.
 package decide
 
 import (
