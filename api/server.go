@@ -28,7 +28,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/loader"
 )
 
-// Body limits: decisions and admin writes are small; imports may be large.
+// Body limits: admin writes are small; imports may be large.
 const (
 	maxBody       = 1 << 20
 	maxImportBody = 10 << 20
