@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -80,4 +81,26 @@ func FuzzDecisionJSON(f *testing.F) {
 			t.Fatalf("appendJSON of nothing: %s, want %s", got, want.Bytes())
 		}
 	})
+}
+
+// TestSurrogateEscapes shows that escaped surrogate pairs are read, and
+// that half of one is refused rather than read as U+FFFD.
+func TestSurrogateEscapes(t *testing.T) {
+	for body, ok := range map[string]bool{
+		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00"}]}`:       true,
+		`{"buckets":[{"limit":"L","bucket_id":"\\ud800 \u00e9"}]}`:     true,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud800"}]}`:             false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud800\u0041"}]}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ude00\ud83d"}]}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"x"}],"\udfff":1}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00\ud83d"}]}`: false,
+	} {
+		reqs, _, err := decodeStrict([]byte(body), nil, true)
+		if (err == nil) != ok {
+			t.Errorf("%s: %v", body, err)
+		}
+		if ok && (len(reqs) != 1 || strings.ContainsRune(reqs[0].BucketID, '\ufffd')) {
+			t.Errorf("%s: %+v", body, reqs)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -38,6 +39,11 @@ func decodeStrict(body []byte, dst []limiter.Request, withCost bool) ([]limiter.
 	if _, err := dec.Token(); err != io.EOF {
 		return dst, nil, badRequest("the body holds more than one JSON value", nil)
 	}
+	if loneSurrogate(raw) {
+		// encoding/json would read it as U+FFFD, so that two different
+		// ids would name one bucket.
+		return dst, nil, badRequest("the body is not valid UTF-8", []limiter.FieldError{{Field: "body", Message: "holds an unpaired surrogate escape"}})
+	}
 	w := walker{dec: json.NewDecoder(bytes.NewReader(raw)), withCost: withCost, reqs: dst}
 	w.dec.UseNumber()
 	w.body()
@@ -45,6 +51,42 @@ func decodeStrict(body []byte, dst []limiter.Request, withCost bool) ([]limiter.
 		return dst, nil, badRequest("the body has the wrong shape", w.shape)
 	}
 	return w.reqs, w.invalid, nil
+}
+
+// loneSurrogate reports whether a valid JSON text escapes half of a UTF-16
+// surrogate pair without the other half. Outside strings, valid JSON has
+// no backslash, so the escapes can be read without tracking strings.
+func loneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := escapedRune(b[i:])
+		switch {
+		case !ok:
+			i++ // an escape other than \u: skip the escaped byte
+		case utf16.IsSurrogate(r) && r < 0xdc00:
+			low, ok := escapedRune(b[i+6:])
+			if !ok || low < 0xdc00 || low > 0xdfff {
+				return true
+			}
+			i += 11
+		case utf16.IsSurrogate(r):
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// escapedRune reads a \uXXXX escape at the start of b.
+func escapedRune(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	return rune(n), err == nil
 }
 
 func badRequest(detail string, fields []limiter.FieldError) error {
