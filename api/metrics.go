@@ -162,8 +162,9 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 	return c
 }
 
-// decisions counts the decisions of a result.
-func (m *metrics) decisions(op limiter.Op, res limiter.Result) {
+// ObserveDecisions counts the decisions of a result.
+func (s *Server) ObserveDecisions(op limiter.Op, res limiter.Result) {
+	m := s.metrics
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded)}
@@ -189,9 +190,10 @@ func resultLabel(d *limiter.Decision, degraded bool) string {
 	return resultAllowed
 }
 
-// request observes one HTTP request. route is the route's pattern ("" when
-// none matched), never the path, which can hold anything.
-func (m *metrics) request(route, method string, status int, took time.Duration) {
+// ObserveRequest observes one HTTP request. route is the route's pattern
+// ("" when none matched), never the path, which can hold anything.
+func (s *Server) ObserveRequest(route, method string, status int, took time.Duration) {
+	m := s.metrics
 	if route == "" {
 		route = "unmatched"
 	}

@@ -29,6 +29,7 @@ type setting struct {
 // settings lists every configuration value; the README's table follows it.
 var settings = []setting{
 	{env: "RATELIMIT_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "listen address"},
+	{env: "RATELIMIT_DEBUG_ADDR", flag: "debug-addr", def: "", usage: "listen address of net/http/pprof; empty turns it off (keep it on loopback)"},
 	{env: "RATELIMIT_DATABASE_URL", flag: "database-url", def: "sqlite:ratelimitd.db", usage: `"postgres://..." or "sqlite:PATH"`, secret: true},
 	{env: "RATELIMIT_REDIS_URL", flag: "redis-url", def: "", usage: "redis://, redis+cluster:// or redis+sentinel:// URL; empty selects the in-process store", secret: true},
 	{env: "RATELIMIT_REDIS_PREFIX", flag: "redis-prefix", def: "rl:", usage: "prefix of every Redis key"},
@@ -44,7 +45,9 @@ var settings = []setting{
 
 // config is the validated configuration of a command.
 type config struct {
-	HTTPAddr    string
+	HTTPAddr string
+	// DebugAddr serves pprof when not empty.
+	DebugAddr   string
 	DatabaseURL string
 	RedisURL    string
 	// Redis is RedisURL parsed, nil when it is empty.
@@ -87,13 +90,16 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 		}
 		raw[s.env] = v
 	}
-	c := &config{raw: raw, HTTPAddr: raw["RATELIMIT_HTTP_ADDR"], DatabaseURL: raw["RATELIMIT_DATABASE_URL"],
+	c := &config{raw: raw, HTTPAddr: raw["RATELIMIT_HTTP_ADDR"], DebugAddr: raw["RATELIMIT_DEBUG_ADDR"], DatabaseURL: raw["RATELIMIT_DATABASE_URL"],
 		RedisURL: raw["RATELIMIT_REDIS_URL"], RedisPrefix: raw["RATELIMIT_REDIS_PREFIX"], BootstrapToken: raw["RATELIMIT_BOOTSTRAP_TOKEN"]}
 	bad := func(env, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{env}, args...)...))
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		bad("RATELIMIT_HTTP_ADDR", "want host:port, got %q", c.HTTPAddr)
+	}
+	if _, _, err := net.SplitHostPort(c.DebugAddr); c.DebugAddr != "" && err != nil {
+		bad("RATELIMIT_DEBUG_ADDR", "want host:port or nothing, got %q", c.DebugAddr)
 	}
 	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite:") {
 		bad("RATELIMIT_DATABASE_URL", `want "postgres://...", "postgresql://..." or "sqlite:PATH"`)
