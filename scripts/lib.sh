@@ -77,7 +77,7 @@ start_service() {
 	SVC_PIDS="$SVC_PIDS $SVC_PID"
 	local i addr=
 	for i in $(seq 100); do
-		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout")
+		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout" 2>/dev/null)
 		[ -n "$addr" ] && break
 		kill -0 "$SVC_PID" 2>/dev/null || { cat "$out.log" >&2; die "ratelimitd did not start"; }
 		sleep 0.1
