@@ -16,9 +16,10 @@
 # Two sets of limits:
 #
 #   bench_allowed_*  burst 1e9 at 1e6/s: every spend is allowed.
-#   bench_denied_*   burst 1 at 1 per 24h: once the warm-up has spent each
-#                    bucket once, every spend is denied, by the local denied
-#                    cache without a store call.
+#   bench_denied_*   burst 1 at 1 per 24h: each bucket is spent once when
+#                    the service starts, a hundred a request; from then on
+#                    every spend is denied, after the warm-up by the local
+#                    denied cache without a store call.
 #
 # One-bucket runs spend on bench_*_one (reg_id); three-bucket runs on
 # bench_*_reg, bench_*_ip and bench_*_domain, so that a one-bucket run has
@@ -27,13 +28,17 @@
 # counts answers that are not 2xx or whose "allowed" is wrong. On Redis the
 # keys get a random prefix, deleted at the end.
 #
+# The redis runs use a redis-server of their own on a free loopback port,
+# with persistence off, unless BENCH_REDIS_URL names another: then other
+# clients of that Redis take part in its CPU figures.
+#
 # Columns: requests/s, wrk's p50 and p99 latency, the ratio of requests/s
 # to the ceiling's, the CPU time the serving process used per request over
 # the measured run (utime+stime from /proc), and on Redis the CPU time
 # Redis spent per script call (the usec and calls of EVALSHA, EVAL and
-# FCALL in INFO commandstats, over the run; anything else that calls
-# scripts on the same Redis meanwhile counts too), and denied-cache hits
-# per request (from /metrics).
+# FCALL in INFO commandstats, over the run) and the script calls per
+# request, which is above 1 when another client of the same Redis called
+# scripts meanwhile, and denied-cache hits per request (from /metrics).
 #
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
@@ -44,7 +49,7 @@
 #   BENCH_STORES       which stores                           "memory redis"
 #   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied"
 #                      (also 3-denied)
-#   BENCH_REDIS_URL    Redis for the redis runs               redis://127.0.0.1:6379
+#   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
 #   BENCH_GOGC         GOGC of the service                    Go's default (100)
 #
 # The exit status is 1 when a run counted an error: a non-2xx answer, an
@@ -63,7 +68,7 @@ IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
 SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied}
-REDIS_URL=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+REDIS_URL=${BENCH_REDIS_URL:-}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
@@ -84,6 +89,23 @@ TARGETS=(ceiling)
 start_ceiling
 URL[ceiling]=$CEILING_URL TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=
 
+# empty_buckets LIMIT... spends once on each of the BENCH_IDS buckets of
+# the denied limits named (bench_denied_LIMIT), a hundred buckets a
+# request, so that every spend of a denied run is denied however fast the
+# warm-up goes. The bucket ids are those scripts/spend.lua makes.
+empty_buckets() {
+	local limit from
+	for limit in "$@"; do
+		for ((from = 1; from <= IDS; from += 100)); do
+			api POST /v1/spend "$(jq -nc --arg l "$limit" --argjson from $from --argjson to $((from + 99 < IDS ? from + 99 : IDS)) '
+				def hex: if . < 16 then "0123456789abcdef"[.:. + 1] else (. / 16 | floor | hex) + (. % 16 | hex) end;
+				{buckets: [range($from; $to + 1) | {limit: "bench_denied_\($l)",
+					bucket_id: (if $l == "ip" then "2001:db8::\(hex)" elif $l == "domain" then "host\(.).example.com" else tostring end)}]}')" |
+				jq -e .allowed >/dev/null || die "emptying bench_denied_$limit from id $from was not allowed"
+		done
+	done
+}
+
 # start_store STORE [VAR=value...] starts the service of a store, gives it
 # the bench limits and a decide token, and adds its targets.
 start_store() {
@@ -100,6 +122,12 @@ start_store() {
 		done
 	done
 	wait_decides bench_denied_domain example.com
+	for sc in $SCENARIOS; do
+		case $sc in
+		1-denied) empty_buckets one ;;
+		3-denied) empty_buckets reg ip domain ;;
+		esac
+	done
 	local token
 	token=$(decide_token)
 	for sc in $SCENARIOS; do
@@ -112,6 +140,10 @@ for store in $STORES; do
 	case $store in
 	memory) start_store memory ;;
 	redis)
+		if [ -z "$REDIS_URL" ] && command -v redis-server >/dev/null; then
+			start_redis
+			REDIS_URL=$REDIS_PRIVATE_URL
+		fi
 		if ! redis_up "$REDIS_URL"; then
 			echo "bench: no Redis answers at $REDIS_URL (or redis-cli is missing); the redis runs are skipped" >&2
 			continue
@@ -119,7 +151,9 @@ for store in $STORES; do
 		REDIS_URL_IN_USE=$REDIS_URL
 		REDIS_PREFIX_IN_USE="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n'):"
 		start_store redis RATELIMIT_REDIS_URL="$REDIS_URL" RATELIMIT_REDIS_PREFIX="$REDIS_PREFIX_IN_USE"
-		for sc in $SCENARIOS; do REDIS["redis $sc"]=$REDIS_URL; done
+		# A denied run makes no script call: whatever Redis counts then is
+		# another client's.
+		for sc in $SCENARIOS; do [ "${sc#*-}" = denied ] || REDIS["redis $sc"]=$REDIS_URL; done
 		;;
 	*) die "unknown store $store in BENCH_STORES" ;;
 	esac
@@ -134,8 +168,8 @@ script_stats() {
 
 # run ROUND TARGET warms the target up, then measures it, and appends a
 # row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
-# per request, Redis µs per script call (or -), denied-cache hits per
-# request (or -).
+# per request, Redis µs per script call and script calls per request (or
+# -), denied-cache hits per request (or -).
 run() {
 	local round=$1 t=$2 n=1 kind=allowed expect=true
 	if [ "$t" != ceiling ]; then
@@ -159,9 +193,10 @@ run() {
 	fi
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
 		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" 'BEGIN {
-		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
+		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
 			req ? cpu / tick * 1e6 / req : 0,
 			redis == "" ? "-" : (calls ? sprintf("%.1f", usec / calls) : "none"),
+			redis == "" ? "-" : sprintf("%.2f", req ? calls / req : 0),
 			h0 == "-" ? "-" : sprintf("%.2f", req ? (h1 - h0) / req : 0)
 	}' >>"$RESULTS"
 }
@@ -183,16 +218,18 @@ echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
 echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
+[ -n "$REDIS_PID" ] && echo "redis:   a private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), persistence off"
+[ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
 ceiling=$(median ceiling 3)
 {
-	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tdenied-cache hits/request\n'
+	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\n'
 	for t in "${TARGETS[@]}"; do
 		rps=$(median "$t" 3)
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
 			"$(awk -v a="$rps" -v b="$ceiling" 'BEGIN {printf "%.2f", b ? a / b : 0}')" \
-			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)"
+			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)"
 	done
 } | column -t -s $'\t'
 exit $status

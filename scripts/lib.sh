@@ -10,6 +10,7 @@ SVC_URL=
 SVC_PIDS=
 LOAD_PID=
 CEILING_PID=
+REDIS_PID=
 REDIS_PREFIX_IN_USE=
 REDIS_URL_IN_USE=
 BOOTSTRAP=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -35,7 +36,7 @@ start_ceiling() {
 	CEILING_PID=$!
 	local i
 	for i in $(seq 100); do
-		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$WORK/ceiling.stdout")
+		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$WORK/ceiling.stdout" 2>/dev/null || true)
 		[ -n "$CEILING_URL" ] && return 0
 		kill -0 "$CEILING_PID" 2>/dev/null || { cat "$WORK/ceiling.log" >&2; die "ceiling did not start"; }
 		sleep 0.1
@@ -77,7 +78,7 @@ start_service() {
 	SVC_PIDS="$SVC_PIDS $SVC_PID"
 	local i addr=
 	for i in $(seq 100); do
-		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout" 2>/dev/null)
+		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout" 2>/dev/null || true)
 		[ -n "$addr" ] && break
 		kill -0 "$SVC_PID" 2>/dev/null || { cat "$out.log" >&2; die "ratelimitd did not start"; }
 		sleep 0.1
@@ -162,6 +163,31 @@ kernel_ticks() {
 	cat /proc/[0-9]*/stat 2>/dev/null | awk '{sub(/^.*\) /, ""); if ($2 == 2) t += $12 + $13} END {print t + 0}' || true
 }
 
+# start_redis runs a private redis-server, persistence off, on a free
+# loopback port and sets REDIS_PRIVATE_URL. A port found taken is retried.
+start_redis() {
+	local try port i
+	for try in 1 2 3 4 5; do
+		port=$((20000 + RANDOM % 40000))
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+			--dir "$WORK" --logfile "$WORK/redis.log" &
+		REDIS_PID=$!
+		for i in $(seq 50); do
+			kill -0 "$REDIS_PID" 2>/dev/null || break
+			if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
+				REDIS_PRIVATE_URL="redis://127.0.0.1:$port"
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+	done
+	cat "$WORK/redis.log" >&2
+	die "redis-server did not start"
+}
+
 # redis_up URL reports whether a Redis server answers at URL.
 redis_up() {
 	command -v redis-cli >/dev/null && [ "$(redis-cli -u "$1" ping 2>/dev/null)" = PONG ]
@@ -185,6 +211,10 @@ cleanup() {
 	done
 	stop_services
 	redis_cleanup
+	if [ -n "$REDIS_PID" ]; then
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+	fi
 	rm -rf "$WORK"
 	exit "$rc"
 }

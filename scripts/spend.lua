@@ -9,9 +9,8 @@
 --   expect   true, false or any: what "allowed" must say in every answer
 --   threads  wrk's -t, which a thread cannot see otherwise
 --
--- Thread i of n starts at id i*ids/n + 1, so that a warm-up of ids/n
--- requests per thread spends on every bucket: after it, every bucket of
--- the denied limits (burst 1) is empty.
+-- Thread i of n starts at id i*ids/n + 1, so that the threads spread over
+-- the buckets from the start.
 --
 -- done() prints one line for the scripts to read:
 --   result <requests> <seconds> <p50 µs> <p99 µs> <non-2xx> <wrong allowed> <socket errors>
