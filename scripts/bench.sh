@@ -177,18 +177,18 @@ run() {
 		n=${sc%%-*} kind=${sc#*-}
 		[ "$kind" = denied ] && expect=false
 	fi
-	local warm req secs p50 p99 bad wrong sock cpu0 cpu1 c0=0 u0=0 c1=0 u1=0 hits0=- hits1=-
-	read -r _ _ _ _ bad wrong sock < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$WARMUP" "$n" "$kind" "$IDS" any)
-	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors" >&2; status=1; }
+	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 c1=0 u1=0 hits0=- hits1=-
+	read -r _ _ _ _ bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$WARMUP" "$n" "$kind" "$IDS" any)
+	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors ($kinds)" >&2; status=1; }
 	cpu0=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c0 u0 < <(script_stats "${REDIS[$t]}")
 	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
-	read -r req secs p50 p99 bad wrong sock < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$DURATION" "$n" "$kind" "$IDS" "$expect")
+	read -r req secs p50 p99 bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$DURATION" "$n" "$kind" "$IDS" "$expect")
 	cpu1=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c1 u1 < <(script_stats "${REDIS[$t]}")
 	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
 	if [ "$bad" != 0 ] || [ "$wrong" != 0 ] || [ "$sock" != 0 ]; then
-		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors" >&2
+		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
 		status=1
 	fi
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \

@@ -47,10 +47,11 @@ start_ceiling() {
 # wrk_spend URL TOKEN DURATION BUCKETS KIND IDS EXPECT runs wrk with
 # scripts/spend.lua (which says what the arguments mean) over WRK_THREADS
 # threads and WRK_CONNECTIONS connections, and prints its result line:
-# "requests seconds p50_us p99_us non2xx wrong socket_errors".
+# "requests seconds p50_us p99_us non2xx wrong socket_errors kinds". An
+# answer slower than 10 s is a socket error (a timeout).
 wrk_spend() {
 	local out
-	out=$(wrk -t "$WRK_THREADS" -c "$WRK_CONNECTIONS" -d "$3" -H "Authorization: Bearer $2" \
+	out=$(wrk -t "$WRK_THREADS" -c "$WRK_CONNECTIONS" -d "$3" --timeout 10s -H "Authorization: Bearer $2" \
 		-s "$ROOT/scripts/spend.lua" "$1/v1/spend" -- "$4" "$5" "$6" "$7" "$WRK_THREADS") || die "wrk failed: $out"
 	awk '$1 == "result" {$1 = ""; print substr($0, 2); found = 1} END {exit !found}' <<<"$out" ||
 		die "wrk printed no result: $out"

@@ -107,7 +107,7 @@ if [ -z "${SOAK_RATE:-}" ]; then
 	echo "soak: measuring the maximum throughput of one-bucket spends with wrk (10 s)..."
 	WRK_THREADS=2 WRK_CONNECTIONS=$CONNS
 	wrk_spend "$SVC_URL" "$TOKEN" 2s 1 allowed "$IDS" true >/dev/null
-	read -r req secs _ _ bad wrong sock < <(wrk_spend "$SVC_URL" "$TOKEN" 10s 1 allowed "$IDS" true)
+	read -r req secs _ _ bad wrong sock _ < <(wrk_spend "$SVC_URL" "$TOKEN" 10s 1 allowed "$IDS" true)
 	[ "$bad$wrong$sock" = 000 ] || die "the maximum run failed: $bad non-2xx, $wrong not allowed, $sock socket errors"
 	max=$(awk -v r="$req" -v s="$secs" 'BEGIN {printf "%d", r / s}')
 fi

@@ -13,7 +13,7 @@
 -- the buckets from the start.
 --
 -- done() prints one line for the scripts to read:
---   result <requests> <seconds> <p50 µs> <p99 µs> <non-2xx> <wrong allowed> <socket errors>
+--   result <requests> <seconds> <p50 µs> <p99 µs> <non-2xx> <wrong allowed> <socket errors> <their kinds>
 
 local threads = {}
 
@@ -72,6 +72,7 @@ function done(summary, latency, requests)
 		wrongs = wrongs + t:get("wrong")
 	end
 	local e = summary.errors
-	io.write(string.format("result %d %.6f %d %d %d %d %d\n", summary.requests, summary.duration / 1e6,
-		latency:percentile(50), latency:percentile(99), bad, wrongs, e.connect + e.read + e.write + e.timeout))
+	io.write(string.format("result %d %.6f %d %d %d %d %d connect=%d,read=%d,write=%d,timeout=%d\n",
+		summary.requests, summary.duration / 1e6, latency:percentile(50), latency:percentile(99), bad, wrongs,
+		e.connect + e.read + e.write + e.timeout, e.connect, e.read, e.write, e.timeout))
 end
