@@ -118,7 +118,7 @@ echo
 machine
 echo "service: $SVC_URL, in-process store${max:+; maximum measured with wrk: $max requests/s}"
 echo "load:    vegeta ${VEGETA#*@}, $RATE requests/s over at most $CONNS connections, $WARMUP warm-up then $DURATION, $IDS buckets"
-echo "command: make soak${SOAK_DURATION:+ (SOAK_DURATION=$SOAK_DURATION)}"
+echo "command: make soak$(env | grep -o '^SOAK_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
 printf '%-22s %10s %12s %12s %10s\n' sample goroutines "heap MiB" "RSS MiB" "open fds"
 row "before the load" "$(sample)"
