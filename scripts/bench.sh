@@ -201,6 +201,7 @@ run() {
 	}' >>"$RESULTS"
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq "$ROUNDS"); do
 	echo "bench: round $round of $ROUNDS" >&2
 	for t in "${TARGETS[@]}"; do
@@ -217,6 +218,9 @@ median() {
 echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
+# Other work on the machine shows in its load average: the bench alone
+# keeps at most four processes busy (wrk, the target, Redis, the shell).
+echo "load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
 echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
 [ -n "$REDIS_PID" ] && echo "redis:   a private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), persistence off"
 [ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"

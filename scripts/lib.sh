@@ -150,20 +150,6 @@ cpu_ticks() {
 	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-# machine_ticks prints the machine's CPU time in clock ticks: "busy steal",
-# busy being everything but idle, I/O wait and what the hypervisor stole.
-# A process's own figures include the kernel's network work done on its
-# behalf (soft interrupts), which busy counts once.
-machine_ticks() {
-	awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat
-}
-
-# kernel_ticks prints the CPU time of the kernel's threads (kworkers,
-# ksoftirqd, ...) in clock ticks.
-kernel_ticks() {
-	cat /proc/[0-9]*/stat 2>/dev/null | awk '{sub(/^.*\) /, ""); if ($2 == 2) t += $12 + $13} END {print t + 0}' || true
-}
-
 # start_redis runs a private redis-server, persistence off, on a free
 # loopback port and sets REDIS_PRIVATE_URL. A port found taken is retried.
 start_redis() {
