@@ -33,8 +33,9 @@ check:
 	$(STATICCHECK) ./...
 	$(MAKE) test
 
-# Loads the running service over loopback and prints requests/s and
-# latencies (scripts/bench.sh says how; needs curl, jq and bc).
+# Closed-loop throughput of the service over loopback with wrk, as ratios
+# to a bare net/http server run alongside (scripts/bench.sh says how; needs
+# wrk, curl and jq; BENCH_DURATION, BENCH_ROUNDS and others shorten it).
 bench:
 	scripts/bench.sh
 
@@ -43,8 +44,9 @@ bench:
 microbench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -timeout 60m ./...
 
-# Ten minutes at half the maximum throughput; memory and goroutines must
-# stay flat (scripts/soak.sh). Not part of the test suite.
+# Ten minutes at a constant half of the maximum throughput with vegeta;
+# memory and goroutines must stay flat (scripts/soak.sh; needs curl, jq and
+# bc, and wrk unless SOAK_RATE is set). Not part of the test suite.
 soak:
 	scripts/soak.sh
 
@@ -52,7 +54,7 @@ soak:
 # testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip \
-	./api:FuzzDecisionHandlers ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON ./cmd/loadgen:FuzzResponseReader
+	./api:FuzzDecisionHandlers ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
