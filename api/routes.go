@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	// v1 registers a route under /v1 with its middleware composed once, in
 	// order; echo's own registration would compose them on every request.
 	v1 := func(method, path string, h echo.HandlerFunc, mw ...echo.MiddlewareFunc) {
+		h = pathParams(h)
 		for i := len(mw) - 1; i >= 0; i-- {
 			h = mw[i](h)
 		}
@@ -52,6 +53,7 @@ func (s *Server) routes() {
 
 	v1(http.MethodPost, "/tokens", s.createToken, admin, db, json, small)
 	v1(http.MethodGet, "/tokens", s.listTokens, admin, db)
+	v1(http.MethodGet, "/tokens/:id", s.getToken, admin, db)
 	v1(http.MethodDelete, "/tokens/:id", s.revokeToken, admin, db)
 
 	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small, synced)

@@ -54,6 +54,7 @@ type Database interface {
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 
 	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
+	GetToken(ctx context.Context, id string) (auth.Token, error)
 	ListTokens(ctx context.Context) ([]auth.Token, error)
 	RevokeToken(ctx context.Context, actor, id string) error
 
@@ -166,15 +167,25 @@ func New(cfg Config) *Server {
 }
 
 // ServeHTTP implements http.Handler. It does what echo's ServeHTTP does,
-// with the service's own middleware (request id, metrics, recovery) as
-// plain calls around the route's handler rather than closures made anew
-// for every request.
+// HEAD aside (see routeMethod), with the service's own middleware (request
+// id, metrics, recovery) as plain calls around the route's handler rather
+// than closures made anew for every request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
-	s.echo.Router().Find(r.Method, echo.GetPath(r), c)
+	s.echo.Router().Find(routeMethod(r.Method), echo.GetPath(r), c)
 	s.serve(c)
 	s.echo.ReleaseContext(c)
+}
+
+// routeMethod is the method whose route answers a request: HEAD is GET
+// without the body (RFC 9110, section 9.3.2), which net/http leaves out,
+// so every GET route answers HEAD too.
+func routeMethod(m string) string {
+	if m == http.MethodHead {
+		return http.MethodGet
+	}
+	return m
 }
 
 // Routes lists the registered routes as "METHOD /path/:param", in echo's
