@@ -42,7 +42,7 @@ soak:
 # testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip \
-	./api:FuzzDecisionHandlers ./api:FuzzDecisionDecoder ./api:FuzzDecisionJSON ./cmd/loadgen:FuzzResponseReader
+	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api:FuzzDecisionDecoder ./api:FuzzDecisionJSON ./cmd/loadgen:FuzzResponseReader
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
