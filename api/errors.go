@@ -27,17 +27,18 @@ type Problem struct {
 
 // problemNames name the kinds of problem by status.
 var problemNames = map[int]string{
-	http.StatusBadRequest:            "bad-request",
-	http.StatusUnauthorized:          "unauthorized",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not-found",
-	http.StatusMethodNotAllowed:      "method-not-allowed",
-	http.StatusConflict:              "conflict",
-	http.StatusPreconditionFailed:    "precondition-failed",
-	http.StatusRequestEntityTooLarge: "payload-too-large",
-	http.StatusUnsupportedMediaType:  "unsupported-media-type",
-	http.StatusUnprocessableEntity:   "validation",
-	http.StatusServiceUnavailable:    "unavailable",
+	http.StatusBadRequest:                  "bad-request",
+	http.StatusUnauthorized:                "unauthorized",
+	http.StatusForbidden:                   "forbidden",
+	http.StatusNotFound:                    "not-found",
+	http.StatusMethodNotAllowed:            "method-not-allowed",
+	http.StatusConflict:                    "conflict",
+	http.StatusPreconditionFailed:          "precondition-failed",
+	http.StatusRequestEntityTooLarge:       "payload-too-large",
+	http.StatusUnsupportedMediaType:        "unsupported-media-type",
+	http.StatusUnprocessableEntity:         "validation",
+	http.StatusRequestHeaderFieldsTooLarge: "headers-too-large",
+	http.StatusServiceUnavailable:          "unavailable",
 }
 
 // problemType is the stable identifier of each kind of problem.
@@ -71,6 +72,7 @@ var (
 	errForbidden        = errors.New("forbidden")
 	errTooLarge         = errors.New("body too large")
 	errUnsupportedMedia = errors.New("unsupported media type")
+	errHeadersTooLarge  = errors.New("headers too large")
 )
 
 // problemFor maps an error to its problem: the one place where errors meet
@@ -130,6 +132,8 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errUnsupportedMedia):
 		return http.StatusUnsupportedMediaType
+	case errors.Is(err, errHeadersTooLarge):
+		return http.StatusRequestHeaderFieldsTooLarge
 	case errors.Is(err, limiter.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, limiter.ErrConflict):

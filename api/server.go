@@ -174,8 +174,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
 	s.echo.Router().Find(routeMethod(r.Method), echo.GetPath(r), c)
+	if headerBytes(r.Header) > maxHeaderBytes {
+		c.SetHandler(headersTooLarge)
+	}
 	s.serve(c)
 	s.echo.ReleaseContext(c)
+}
+
+// maxHeaderBytes bounds a request's header block. net/http refuses larger
+// blocks only past its own MaxHeaderBytes (1 MiB by default), with a
+// plain-text 431 it writes itself; below that, this bound answers them as
+// every other error is answered, with a problem.
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is the size of a header block as sent, near enough: names,
+// values, ": " and CRLF.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+func headersTooLarge(echo.Context) error {
+	return errorf(errHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
 }
 
 // routeMethod is the method whose route answers a request: HEAD is GET

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -141,5 +142,25 @@ func TestTokenNames(t *testing.T) {
 			e.do("POST", "/v1/tokens", e.admin, obj{"name": "deploy", "scope": "admin"}).expect(t, http.StatusCreated)
 			e.do("GET", "/v1/tokens/nope", e.admin, nil).expect(t, http.StatusNotFound).problem(t)
 		})
+	}
+}
+
+// TestServerErrorsAreProblems shows that a header block too large is
+// answered as a problem, not with net/http's plain text.
+func TestServerErrorsAreProblems(t *testing.T) {
+	e := newEnv(t)
+	req, err := http.NewRequest("GET", e.url+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("a", 100<<10))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge || res.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("%d %q: %s", res.StatusCode, res.Header.Get("Content-Type"), body)
 	}
 }
