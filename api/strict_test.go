@@ -69,6 +69,23 @@ func TestStrictInput(t *testing.T) {
 				e.do("DELETE", path, e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t)
 			}
 			e.unchanged(before)
+
+			// Imported files hold the same text as bodies, and are refused
+			// alike, whole.
+			files := []struct{ query, body string }{
+				{"kind=defaults", "Custom:\n  id_format: string\n  burst: 5\n  count: 5\n  period: 1s\n  description: \"a\\0b\"\n"},
+				{"kind=overrides", "- L:\n    unlimited: true\n    ids:\n      - id: x\n        comment: \"a\\0b\"\n"},
+				{"kind=overrides", "- L:\n    unlimited: true\n    ids: [\"a\\0b\"]\n"},
+				{"kind=defaults", "Custom:\n  id_format: string\n  burst: 5\n  burst: 6\n  count: 5\n  period: 1s\n"},
+				{"kind=defaults", "Custom:\n  id_format: string\n  burst: 5\n  count: 5\n  period: 1s\n  description: \"a\xffb\"\n"},
+			}
+			for _, f := range files {
+				res := e.importYAML(f.query, f.body)
+				if res.status != http.StatusBadRequest && res.status != http.StatusUnprocessableEntity {
+					t.Errorf("import %q: %d %s", f.body, res.status, res.body)
+				}
+			}
+			e.unchanged(before)
 		})
 	}
 }
