@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -175,6 +176,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if p.Status == http.StatusServiceUnavailable {
 		c.Response().Header().Set("Retry-After", "1")
+	}
+	if p.Status == http.StatusMethodNotAllowed {
+		// The router lists the methods registered; HEAD goes with GET
+		// (see routeMethod).
+		h := c.Response().Header()
+		if allow := h.Get(echo.HeaderAllow); strings.Contains(allow, http.MethodGet) && !strings.Contains(allow, http.MethodHead) {
+			h.Set(echo.HeaderAllow, strings.Replace(allow, http.MethodGet, http.MethodGet+", "+http.MethodHead, 1))
+		}
 	}
 	var body any = p
 	var ie *importFailure

@@ -134,6 +134,10 @@ func TestHead(t *testing.T) {
 	}
 	head("/v1/limits/Nope", http.StatusNotFound)
 	head("/v1/check", http.StatusMethodNotAllowed)
+	res := e.do("POST", "/healthz", e.admin, "{}").expect(t, http.StatusMethodNotAllowed)
+	if allow := res.header.Get("Allow"); !strings.Contains(allow, "GET, HEAD") {
+		t.Errorf("Allow: %q", allow)
+	}
 }
 
 // TestTokenNames shows that a created token's Location answers GET, that
