@@ -54,7 +54,7 @@ soak:
 # testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip \
-	./api:FuzzDecisionHandlers ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
+	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \

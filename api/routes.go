@@ -39,13 +39,14 @@ func (s *Server) routes() {
 	// v1 registers a route under /v1. The routes on buckets (check, spend,
 	// refund, reset) are package decide's.
 	v1 := func(method, path string, h echo.HandlerFunc, mw ...echo.MiddlewareFunc) {
-		e.Add(method, "/v1"+path, h, mw...)
+		e.Add(method, "/v1"+path, pathParams(h), mw...)
 	}
 	v1(http.MethodGet, "/whoami", s.whoami, anyScope)
 	v1(http.MethodGet, "/status", s.status, anyScope)
 
 	v1(http.MethodPost, "/tokens", s.createToken, admin, db, json, small)
 	v1(http.MethodGet, "/tokens", s.listTokens, admin, db)
+	v1(http.MethodGet, "/tokens/:id", s.getToken, admin, db)
 	v1(http.MethodDelete, "/tokens/:id", s.revokeToken, admin, db)
 
 	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small, synced)

@@ -53,6 +53,7 @@ type Database interface {
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 
 	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
+	GetToken(ctx context.Context, id string) (auth.Token, error)
 	ListTokens(ctx context.Context) ([]auth.Token, error)
 	RevokeToken(ctx context.Context, actor, id string) error
 
@@ -156,14 +157,53 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe)
+	e.Use(s.observe, limitHeaders)
 	s.echo = e
 	s.routes()
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler with echo's own ServeHTTP. A HEAD
+// request is routed as a GET (RFC 9110, section 9.3.2), so every GET route
+// answers HEAD too: net/http leaves the body out, since its response writer
+// still holds the HEAD request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		get := *r
+		get.Method = http.MethodGet
+		r = &get
+	}
+	s.echo.ServeHTTP(w, r)
+}
+
+// maxHeaderBytes bounds a request's header block. net/http refuses larger
+// blocks only past its own MaxHeaderBytes (1 MiB by default), with a
+// plain-text 431 it writes itself; below that, this bound answers them as
+// every other error is answered, with a problem.
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is the size of a header block as sent, near enough: names,
+// values, ": " and CRLF.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// limitHeaders answers a request whose header block is over
+// maxHeaderBytes with a 431 problem, whatever its route.
+func limitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if headerBytes(c.Request().Header) > maxHeaderBytes {
+			return errorf(errHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
+		}
+		return next(c)
+	}
+}
 
 // Routes lists the registered routes as "METHOD /path/:param", in echo's
 // notation, for the test that keeps openapi.yaml in step.

@@ -82,6 +82,8 @@ func TestSpendEdges(t *testing.T) {
 		{"a stale TAT counts as full", now - 5_000_000, r, 1, now + 100_000, limiter.Outcome{Allowed: true, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
 		{"a TAT beyond a lowered burst leaves no remaining", now + 5_000_000, r, 1, now + 5_000_000,
 			limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 4100 * time.Millisecond, ResetAfter: 5 * time.Second}},
+		{"cost 0 on a bucket in debt, after its limit was lowered", now + 5_000_000, r, 0, now + 5_000_000,
+			limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 4 * time.Second, ResetAfter: 5 * time.Second}},
 		{"a partial token does not count", now + 250_000, r, 8, now + 250_000,
 			limiter.Outcome{Reason: limiter.ReasonLimited, Remaining: 7, RetryAfter: 50 * time.Millisecond, ResetAfter: 250 * time.Millisecond}},
 	}

@@ -293,6 +293,15 @@ func TestMaskedConfigHidesSecrets(t *testing.T) {
 			t.Errorf("the database URL lost its host: %s", m["RATELIMIT_DATABASE_URL"])
 		}
 	}
+	// The token is masked because of its setting, whatever it looks like.
+	for _, token := range []string{"sqlite:hunter2", "x://hunter2", "https://user:hunter2@example.com", "hunter2"} {
+		c := &config{raw: map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": token, "RATELIMIT_REDIS_URL": "hunter2"}}
+		for k, v := range c.masked() {
+			if strings.Contains(v, "hunter2") {
+				t.Errorf("%s shows a secret: %s", k, v)
+			}
+		}
+	}
 }
 
 // TestCommandLine drives the administration commands on one database.

@@ -191,7 +191,7 @@ func openStore(cfg *config) (limiter.Store, string, func()) {
 // starting together on an empty database, one does.
 func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 	secret, hash := auth.NewSecret()
-	t, created, err := d.CreateFirstToken(ctx, "ratelimitd", auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
+	t, created, err := d.CreateFirstToken(ctx, auth.ServiceActor, auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
 	if err != nil {
 		return fmt.Errorf("creating the first admin token: %w", err)
 	}
