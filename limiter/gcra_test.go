@@ -80,8 +80,8 @@ func TestSpendEdges(t *testing.T) {
 		{"blocked", 0, limiter.Rate{Interval: 100_000}, 1, 0, limiter.Outcome{Reason: limiter.ReasonBlocked, RetryAfter: limiter.Never}},
 		{"blocked, cost 0", 0, limiter.Rate{Interval: 100_000}, 0, 0, limiter.Outcome{Allowed: true}},
 		{"a stale TAT counts as full", now - 5_000_000, r, 1, now + 100_000, limiter.Outcome{Allowed: true, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
-		{"a TAT beyond a lowered burst leaves no remaining", now + 5_000_000, r, 1, now + 5_000_000,
-			limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 4100 * time.Millisecond, ResetAfter: 5 * time.Second}},
+		{"a TAT beyond a lowered burst leaves no remaining, and a debt", now + 5_000_000, r, 1, now + 5_000_000,
+			limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 40, RetryAfter: 4100 * time.Millisecond, ResetAfter: 5 * time.Second}},
 		{"a partial token does not count", now + 250_000, r, 8, now + 250_000,
 			limiter.Outcome{Reason: limiter.ReasonLimited, Remaining: 7, RetryAfter: 50 * time.Millisecond, ResetAfter: 250 * time.Millisecond}},
 	}

@@ -32,25 +32,11 @@ func (s *countingStore) call() error {
 	return nil
 }
 
-func (s *countingStore) Spend(ctx context.Context, now time.Time, b []limiter.Bucket) error {
+func (s *countingStore) Apply(ctx context.Context, op limiter.Op, now time.Time, b []limiter.Bucket) (bool, error) {
 	if err := s.call(); err != nil {
-		return err
+		return false, err
 	}
-	return s.Store.Spend(ctx, now, b)
-}
-
-func (s *countingStore) Refund(ctx context.Context, now time.Time, b []limiter.Bucket) error {
-	if err := s.call(); err != nil {
-		return err
-	}
-	return s.Store.Refund(ctx, now, b)
-}
-
-func (s *countingStore) Read(ctx context.Context, b []limiter.Bucket) error {
-	if err := s.call(); err != nil {
-		return err
-	}
-	return s.Store.Read(ctx, b)
+	return s.Store.Apply(ctx, op, now, b)
 }
 
 // fixture is a Limiter on a memstore with a fake clock.

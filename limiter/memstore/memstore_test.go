@@ -31,7 +31,7 @@ func TestSweepEvictsFullBuckets(t *testing.T) {
 	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
 	for i := range 1000 {
 		b := []limiter.Bucket{{Key: fmt.Appendf(nil, "1:%d", i), Rate: p.Rate(), Cost: 1 + int64(i%2)}}
-		if err := s.Spend(context.Background(), start, b); err != nil {
+		if _, err := s.Apply(context.Background(), limiter.Spend, start, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestSweeperRuns(t *testing.T) {
 	defer s.Close()
 	p := limiter.Params{Burst: 1, Count: 1, Period: 10 * time.Millisecond}
 	b := []limiter.Bucket{{Key: []byte("1:a"), Rate: p.Rate(), Cost: 1}}
-	if err := s.Spend(context.Background(), time.Now(), b); err != nil {
+	if _, err := s.Apply(context.Background(), limiter.Spend, time.Now(), b); err != nil {
 		t.Fatal(err)
 	}
 	if s.Len() != 1 {

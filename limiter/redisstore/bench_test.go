@@ -67,13 +67,13 @@ func BenchmarkClusterSpend(b *testing.B) {
 	}
 }
 
-func benchSpends(b *testing.B, s *redisstore.Store, trips *roundTrips, keys []string) {
+func benchSpends(b *testing.B, s limiter.Store, trips *roundTrips, keys []string) {
 	ctx := context.Background()
 	warm := make([]limiter.Bucket, len(keys))
 	for i, k := range keys {
 		warm[i] = limiter.Bucket{Key: []byte(k), Rate: roomy.Rate(), Cost: 1}
 	}
-	if err := s.Spend(ctx, time.Now(), warm); err != nil { // loads the script
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), warm); err != nil { // loads the script
 		b.Fatal(err)
 	}
 	trips.n.Store(0)
@@ -85,7 +85,7 @@ func benchSpends(b *testing.B, s *redisstore.Store, trips *roundTrips, keys []st
 			for i, k := range keys {
 				batch[i] = limiter.Bucket{Key: []byte(k), Rate: roomy.Rate(), Cost: 1}
 			}
-			if err := s.Spend(ctx, time.Now(), batch); err != nil {
+			if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil {
 				b.Error(err)
 				return
 			}
@@ -110,7 +110,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 	ctx := context.Background()
 	var worker atomic.Int64
 	warm := []limiter.Bucket{{Key: []byte("1:warm"), Rate: roomy.Rate(), Cost: 1}}
-	if err := s.Spend(ctx, time.Now(), warm); err != nil { // loads the script
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), warm); err != nil { // loads the script
 		b.Fatal(err)
 	}
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
@@ -122,7 +122,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 		key := []byte(fmt.Sprintf("1:bench%d", worker.Add(1)))
 		for pb.Next() {
 			batch[0] = limiter.Bucket{Key: key, Rate: roomy.Rate(), Cost: 1}
-			if err := s.Spend(ctx, time.Now(), batch); err != nil {
+			if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil {
 				b.Error(err)
 				return
 			}

@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script calls on a single node (or a Sentinel's primary) are pipelined
-// when they come faster than the wire takes them. A call that finds fewer
+// A Node's script calls queue when they come faster than the wire takes
+// them, and the queue goes as one pipeline. A call that finds fewer
 // than maxInFlight round trips under way is sent at once, by its caller,
 // as without pipelining; the calls that arrive meanwhile queue, and go
 // together as soon as a round trip comes back, in one write and one read,
@@ -23,13 +23,10 @@ import (
 // context's error and is dropped if it has not been sent yet; once sent it
 // may have run, as a call that timed out on the wire always may have.
 const (
-	// maxInFlight is how many round trips a Store has on the wire at
-	// once, each on its own connection. BenchmarkSpendConcurrent on the
-	// 2-core test machine, in CPU time per spend and time per spend, with
-	// 1, 2 and unpipelined: at 4 goroutines 32 µs and 60 µs, 22 and 31,
-	// 25 and 30 (one in flight makes two concurrent calls wait for each
-	// other); at 64, 7 and 15, 7 and 13, 18 and 19. Under the service's
-	// load at 64 connections 1 and 2 gave the same throughput.
+	// maxInFlight is how many round trips a Node has on the wire at
+	// once, each on its own connection: with one, two concurrent calls
+	// wait for each other; more gain nothing under load
+	// (BenchmarkSpendConcurrent).
 	maxInFlight = 2
 	// maxPipeline bounds the calls of one pipeline, and so the wait of the
 	// calls behind them.
@@ -43,8 +40,7 @@ type scriptCall struct {
 	// ctx is the caller's: a call whose context has ended by the time its
 	// pipeline is sent is not sent.
 	ctx   context.Context
-	keys  []string
-	args  []any
+	run   scriptRun
 	reply []int64
 	err   error
 	// done receives one value when reply and err are set; it is buffered
@@ -52,11 +48,10 @@ type scriptCall struct {
 	done chan struct{}
 }
 
-// pipeliner sends script calls, queueing and pipelining those that find
-// the wire full.
-type pipeliner struct {
+// queue sends script calls, queueing those that find the wire full and
+// sending them together.
+type queue struct {
 	client redis.UniversalClient
-	script *redis.Script
 
 	mu      sync.Mutex
 	pending []*scriptCall
@@ -69,7 +64,7 @@ type pipeliner struct {
 
 // do sends c, or queues it when the wire is full, and waits for its reply
 // or for its context to end.
-func (p *pipeliner) do(c *scriptCall) error {
+func (p *queue) do(c *scriptCall) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
@@ -103,7 +98,7 @@ func (p *pipeliner) do(c *scriptCall) error {
 
 // send sends what is queued, a pipeline at a time, until nothing is. It
 // runs as one of the round trips inFlight counts.
-func (p *pipeliner) send() {
+func (p *queue) send() {
 	var (
 		calls []*scriptCall
 		cmds  []*redis.Cmd
@@ -129,7 +124,7 @@ func (p *pipeliner) send() {
 
 // runQueued sends queued calls in one pipeline, which lasts as long as the
 // most patient of them; each caller stops waiting at its own deadline.
-func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	// Every call's context has a deadline: the Store's calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
@@ -142,11 +137,10 @@ func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.C
 	return p.run(ctx, calls, cmds)
 }
 
-// run sends calls in one pipeline under ctx, and again with the script's
-// text those that found it missing from the server, then hands every call
-// its result. Calls whose context has ended are answered with its error
+// run sends calls in one pipeline under ctx, then hands every call its
+// result. Calls whose context has ended are answered with its error
 // and not sent.
-func (p *pipeliner) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	live := calls[:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
@@ -159,25 +153,11 @@ func (p *pipeliner) run(ctx context.Context, calls []*scriptCall, cmds []*redis.
 	if len(live) == 0 {
 		return cmds
 	}
-	pipe := p.client.Pipeline()
-	for _, c := range live {
-		cmds = append(cmds, p.script.EvalSha(ctx, pipe, c.keys, c.args...))
+	runs := make([]scriptRun, len(live))
+	for i, c := range live {
+		runs[i] = c.run
 	}
-	_, _ = pipe.Exec(ctx)
-	// A call that found the script missing (a restart, a failover, SCRIPT
-	// FLUSH) did not run: send it again with the script's text.
-	again := false
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			if !again {
-				pipe, again = p.client.Pipeline(), true
-			}
-			cmds[i] = p.script.Eval(ctx, pipe, live[i].keys, live[i].args...)
-		}
-	}
-	if again {
-		_, _ = pipe.Exec(ctx)
-	}
+	cmds = evalPipelined(ctx, p.client, runs, cmds)
 	for i, c := range live {
 		c.reply, c.err = cmds[i].Int64Slice()
 		c.done <- struct{}{}
