@@ -208,6 +208,7 @@ func TestOneRoundTrip(t *testing.T) {
 		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batch)) }},
 		{"spend of one bucket", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batch[:1])) }},
 		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batch)) }},
+		{"settle", func() error { return errOf(s.Apply(ctx, limiter.Settle, time.Now(), batch)) }},
 		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batch)) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:a", "2:b", "3:c"}) }},
 	} {

@@ -44,6 +44,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CostExceedsBurst", testCostExceedsBurst},
 		{"BurstZeroBlocks", testBurstZeroBlocks},
 		{"Refund", testRefund},
+		{"Settle", testSettle},
+		{"SettleBatch", testSettleBatch},
 		{"Reset", testReset},
 		{"BatchAllOrNothing", testBatchAllOrNothing},
 		{"Shadow", testShadow},
@@ -52,6 +54,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OddRates", testOddRates},
 		{"ConcurrentSpends", testConcurrentSpends},
 		{"ConcurrentBatches", testConcurrentBatches},
+		{"ConcurrentSettles", testConcurrentSettles},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, newHarness(t)) })
@@ -149,6 +152,11 @@ func bucket(key string, p limiter.Params, cost int64) limiter.Bucket {
 	return limiter.Bucket{Key: []byte(key), Rate: p.Rate(), Cost: cost}
 }
 
+// settled is a bucket of a settle that reserved one amount and used another.
+func settled(key string, p limiter.Params, reserved, actual int64) limiter.Bucket {
+	return limiter.Bucket{Key: []byte(key), Rate: p.Rate(), Cost: actual, Reserved: reserved}
+}
+
 func expect(t *testing.T, what string, got limiter.Outcome, want limiter.Outcome) {
 	t.Helper()
 	if got != want {
@@ -233,6 +241,74 @@ func testRefund(t *testing.T, h Harness) {
 	c.spend(bucket("1:refund", p, 10))
 	c.advance(250 * ms)
 	expect(t, "refund after a partial refill", c.refund(bucket("1:refund", p, 1<<62))[0], limiter.Outcome{Allowed: true, Remaining: 10})
+}
+
+// testSettle: a settle gives back what was reserved and not used, charges
+// the excess into debt, which denies spends and checks until it is paid,
+// and stops at one burst of debt.
+func testSettle(t *testing.T, h Harness) {
+	c := newChecker(t, h)
+	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
+	c.spend(bucket("1:settle", p, 5))
+	expect(t, "reserved 5, used 2", c.settle(settled("1:settle", p, 5, 2))[0],
+		limiter.Outcome{Allowed: true, Remaining: 8, ResetAfter: 200 * ms})
+	expect(t, "used 15 more than reserved", c.settle(settled("1:settle", p, 0, 15))[0],
+		limiter.Outcome{Allowed: true, Debt: 7, ResetAfter: 1700 * ms})
+	at, ok := h.Expiry(t, "1:settle")
+	if full := c.now.Add(1700 * ms).Add(h.ExpiryMargin); !ok || at.Before(full.Add(-ms)) || at.After(full.Add(time.Second)) {
+		t.Fatalf("a bucket in debt expires at %v (held: %v), want %v", at, ok, full)
+	}
+	expect(t, "a spend in debt", c.spend(bucket("1:settle", p, 1))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 7, RetryAfter: 800 * ms, ResetAfter: 1700 * ms})
+	expect(t, "a check in debt", c.spend(bucket("1:settle", p, 0))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 7, RetryAfter: 700 * ms, ResetAfter: 1700 * ms})
+	expect(t, "a huge excess is capped at one burst of debt", c.settle(settled("1:settle", p, 0, 1<<62))[0],
+		limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second})
+	expect(t, "at the cap nothing more is charged", c.settle(settled("1:settle", p, 3, 4))[0],
+		limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second})
+	c.advance(500 * ms)
+	expect(t, "the debt is paid over time", c.spend(bucket("1:settle", p, 0))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 5, RetryAfter: 500 * ms, ResetAfter: 1500 * ms})
+	expect(t, "a huge reservation gives everything back", c.settle(settled("1:settle", p, 1<<62, 0))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	expect(t, "a settle of a full bucket that used less", c.settle(settled("1:settle", p, 2, 1))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	expect(t, "a settle that used what it reserved", c.settle(settled("1:unknown", p, 4, 4))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	blocked := limiter.Params{Burst: 0, Count: 1, Period: time.Second}
+	expect(t, "a blocked bucket", c.settle(settled("1:blocked", blocked, 0, 5))[0],
+		limiter.Outcome{Reason: limiter.ReasonBlocked, RetryAfter: limiter.Never})
+}
+
+// testSettleBatch: a settle applies every bucket of its batch, shadow ones
+// too, whatever the others do.
+func testSettleBatch(t *testing.T, h Harness) {
+	c := newChecker(t, h)
+	p := limiter.Params{Burst: 4, Count: 4, Period: time.Hour}
+	c.spend(bucket("1:pair", p, 4), bucket("2:pair", p, 1))
+	shadow := settled("2:pair", p, 1, 6)
+	shadow.Shadow = true
+	outs := c.settle(settled("1:pair", p, 4, 1), shadow)
+	expect(t, "the bucket given back 3", outs[0], limiter.Outcome{Allowed: true, Remaining: 3, ResetAfter: 15 * time.Minute})
+	expect(t, "the shadow bucket charged 5", outs[1], limiter.Outcome{Allowed: true, Debt: 2, ResetAfter: 90 * time.Minute})
+}
+
+// testConcurrentSettles: settles of the same bucket at once each charge
+// their whole excess, as they would one after the other.
+func testConcurrentSettles(t *testing.T, h Harness) {
+	p := limiter.Params{Burst: 1000, Count: 1, Period: time.Hour}
+	start := time.Now()
+	run(t, 32, 20, func() error {
+		_, err := h.Store.Apply(context.Background(), limiter.Settle, start, []limiter.Bucket{settled("1:settles", p, 1, 2)})
+		return err
+	})
+	b := []limiter.Bucket{bucket("1:settles", p, 0)}
+	if _, err := h.Store.Apply(context.Background(), limiter.Check, start, b); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b[0].TAT-start.UnixMicro(), 32*20*p.Rate().Interval; got != want {
+		t.Fatalf("640 settles of 1 token each moved the TAT %dµs ahead, want %d", got, want)
+	}
 }
 
 func testReset(t *testing.T, h Harness) {
