@@ -73,7 +73,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 	groups := s.groups(batch)
 	if len(groups) == 1 {
 		// One slot: as atomic as on a single node.
-		cmds := evalPipelined(ctx, s.client, []scriptRun{s.run(op, nowUS, batch)}, nil)
+		cmds := evalPipelined(ctx, s.client, []scriptRun{s.run(scriptRun{}, op, nowUS, batch)}, nil)
 		reply, err := cmds[0].Int64Slice()
 		if err != nil {
 			return false, err
@@ -82,7 +82,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 	}
 	runs := make([]scriptRun, len(groups))
 	for i, g := range groups {
-		runs[i] = s.run(op, nowUS, g.batch)
+		runs[i] = s.run(scriptRun{}, op, nowUS, g.batch)
 	}
 	cmds := evalPipelined(ctx, s.client, runs, nil)
 	errs := make([]error, len(groups))

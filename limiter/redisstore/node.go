@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,9 @@ type Node struct {
 	config
 	client redis.UniversalClient
 	queue  *queue
+	// calls holds the script calls the queue gave back, so that a
+	// decision reuses their memory.
+	calls sync.Pool
 }
 
 var _ limiter.Store = (*Node)(nil)
@@ -27,7 +31,9 @@ func NewNode(client redis.UniversalClient, opts Options) *Node {
 	if c, ok := client.(*redis.Client); ok {
 		contextTimeouts = c.Options().ContextTimeoutEnabled
 	}
-	return &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
+	s := &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
+	s.calls.New = func() any { return &scriptCall{done: make(chan struct{}, 1)} }
+	return s
 }
 
 // Apply implements limiter.Store.
@@ -38,12 +44,19 @@ func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []
 	}
 	var commit bool
 	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
-		c := &scriptCall{ctx: ctx, run: s.run(op, nowUS, batch), done: make(chan struct{}, 1)}
-		if err := s.queue.do(c); err != nil {
-			return err
+		c := s.calls.Get().(*scriptCall)
+		c.ctx, c.run = ctx, s.run(c.run, op, nowUS, batch)
+		mine, err := s.queue.do(c)
+		if err == nil {
+			commit, err = decide(op, nowUS, c.reply, batch)
 		}
-		var err error
-		commit, err = decide(op, nowUS, c.reply, batch)
+		if mine {
+			// The call keeps its buffers, not what they point to.
+			clear(c.run.keys)
+			clear(c.run.args)
+			c.ctx, c.reply, c.err = nil, nil, nil
+			s.calls.Put(c)
+		}
 		return err
 	})
 	return commit, err

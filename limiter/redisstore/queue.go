@@ -33,9 +33,9 @@ const (
 	maxPipeline = 128
 )
 
-// scriptCall is one script run. The caller owns keys and args until it
-// queues the call; then the pipeline owns the call until it signals done,
-// and may fill reply and err until then.
+// scriptCall is one script run. The caller owns it until it queues it;
+// then the queue owns it until it signals done, and may fill reply and err
+// until then. A Node reuses the calls it owns again, and their buffers.
 type scriptCall struct {
 	// ctx is the caller's: a call whose context has ended by the time its
 	// pipeline is sent is not sent.
@@ -63,17 +63,20 @@ type queue struct {
 }
 
 // do sends c, or queues it when the wire is full, and waits for its reply
-// or for its context to end.
-func (p *queue) do(c *scriptCall) error {
+// or for its context to end. It reports whether c is the caller's again:
+// a call given up on while queued still belongs to the queue.
+func (p *queue) do(c *scriptCall) (bool, error) {
 	if err := c.ctx.Err(); err != nil {
-		return err
+		return true, err
 	}
 	p.mu.Lock()
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
+		var buf pipelineBuf
 		calls := [1]*scriptCall{c}
-		p.run(c.ctx, calls[:], nil)
+		p.run(c.ctx, calls[:], &buf)
+		<-c.done
 		p.mu.Lock()
 		if len(p.pending) > 0 {
 			// What queued meanwhile goes now, on the round trip this
@@ -84,16 +87,22 @@ func (p *queue) do(c *scriptCall) error {
 			p.inFlight--
 			p.mu.Unlock()
 		}
-		return c.err
+		return true, c.err
 	}
 	p.pending = append(p.pending, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.err
+		return true, c.err
 	case <-c.ctx.Done():
-		return c.ctx.Err()
+		return false, c.ctx.Err()
 	}
+}
+
+// pipelineBuf is the memory of one pipeline, reused by the next.
+type pipelineBuf struct {
+	runs []scriptRun
+	cmds []*redis.Cmd
 }
 
 // send sends what is queued, a pipeline at a time, until nothing is. It
@@ -101,7 +110,7 @@ func (p *queue) do(c *scriptCall) error {
 func (p *queue) send() {
 	var (
 		calls []*scriptCall
-		cmds  []*redis.Cmd
+		buf   pipelineBuf
 	)
 	for {
 		p.mu.Lock()
@@ -116,7 +125,7 @@ func (p *queue) send() {
 		clear(p.pending[left:])
 		p.pending = p.pending[:left]
 		p.mu.Unlock()
-		cmds = p.runQueued(calls, cmds[:0])
+		p.runQueued(calls, &buf)
 		// The calls belong to their callers again.
 		clear(calls)
 	}
@@ -124,7 +133,7 @@ func (p *queue) send() {
 
 // runQueued sends queued calls in one pipeline, which lasts as long as the
 // most patient of them; each caller stops waiting at its own deadline.
-func (p *queue) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) runQueued(calls []*scriptCall, buf *pipelineBuf) {
 	// Every call's context has a deadline: the Store's calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
@@ -134,13 +143,13 @@ func (p *queue) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	return p.run(ctx, calls, cmds)
+	p.run(ctx, calls, buf)
 }
 
 // run sends calls in one pipeline under ctx, then hands every call its
 // result. Calls whose context has ended are answered with its error
 // and not sent.
-func (p *queue) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *pipelineBuf) {
 	live := calls[:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
@@ -151,17 +160,17 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd)
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return cmds
+		return
 	}
-	runs := make([]scriptRun, len(live))
-	for i, c := range live {
-		runs[i] = c.run
+	buf.runs = buf.runs[:0]
+	for _, c := range live {
+		buf.runs = append(buf.runs, c.run)
 	}
-	cmds = evalPipelined(ctx, p.client, runs, cmds)
+	buf.cmds = evalPipelined(ctx, p.client, buf.runs, buf.cmds)
 	for i, c := range live {
-		c.reply, c.err = cmds[i].Int64Slice()
+		c.reply, c.err = buf.cmds[i].Int64Slice()
 		c.done <- struct{}{}
 	}
-	clear(cmds)
-	return cmds[:0]
+	clear(buf.runs)
+	clear(buf.cmds)
 }

@@ -77,6 +77,8 @@ type config struct {
 	prefix   string
 	timeout  time.Duration
 	marginUS int64
+	// marginArg is marginUS as the script's argument, converted once.
+	marginArg any
 }
 
 func newConfig(opts Options, contextTimeouts bool) config {
@@ -90,6 +92,7 @@ func newConfig(opts Options, contextTimeouts bool) config {
 	if c.marginUS <= 0 {
 		c.marginUS = DefaultExpiryMargin.Microseconds()
 	}
+	c.marginArg = c.marginUS
 	return c
 }
 

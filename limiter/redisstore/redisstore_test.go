@@ -552,4 +552,13 @@ func TestStoredForm(t *testing.T) {
 	if want := (tat + margin.Microseconds() + 999) / 1000; at != want {
 		t.Fatalf("the key expires at %d ms, want %d (TAT %d µs + %v, rounded up)", at, want, tat, margin)
 	}
+	// A TAT with trailing zeros, which a float format would shorten.
+	round := time.Unix(now.Unix()+1, 0)
+	batch = []limiter.Bucket{{Key: []byte("1:round"), Rate: limiter.Params{Burst: 1, Count: 1, Period: time.Second}.Rate(), Cost: 1}}
+	if _, err := s.Apply(ctx, limiter.Spend, round, batch); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := client.Get(ctx, p+"1:round").Result(); err != nil || raw != strconv.FormatInt(round.UnixMicro()+1_000_000, 10) {
+		t.Fatalf("stored %q (%v), want %d", raw, err, round.UnixMicro()+1_000_000)
+	}
 }

@@ -22,8 +22,9 @@ import (
 // years, ahead of now; a cost is compared with the burst or with how far a
 // TAT may move before it is multiplied, so a product that is formed is
 // either exact or, rounding being monotonic, known to be above that
-// distance. Writes format with %d: tostring would give "1.7e+15" and lose
-// digits.
+// distance. Writes pass numbers to redis.call, which formats an integer
+// exactly (tostring would give "1.7e+15" and lose digits; TestStoredForm
+// checks the stored form).
 //
 // KEYS: the buckets' keys.
 // ARGV[1]: the operation, "check", "spend", "refund" or "settle". Except
@@ -54,10 +55,10 @@ end
 local now, margin = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- The key lives until its bucket is full again, plus the margin that
--- covers the skew between our clocks and the server's.
+-- covers the skew between our clocks and the server's. Redis writes a
+-- number argument below 2^53 as its exact decimal digits.
 local function put(key, tat)
-  redis.call('SET', key, string.format('%d', tat),
-    'PXAT', string.format('%d', math.ceil((tat + margin) / 1000)))
+  redis.call('SET', key, tat, 'PXAT', math.ceil((tat + margin) / 1000))
 end
 
 -- RefundStep on a bucket whose TAT runs ahead of now.
@@ -130,17 +131,26 @@ type scriptRun struct {
 	args []any
 }
 
-// run returns the script run of op on batch.
-func (c *config) run(op limiter.Op, nowUS int64, batch []limiter.Bucket) scriptRun {
-	keys := make([]string, len(batch))
+// opArgs are the script's first argument for each operation, converted to
+// interfaces once rather than on every call.
+var opArgs = [...]any{
+	limiter.Check:  limiter.Check.String(),
+	limiter.Spend:  limiter.Spend.String(),
+	limiter.Refund: limiter.Refund.String(),
+	limiter.Settle: limiter.Settle.String(),
+}
+
+// run returns the script run of op on batch, in r's memory.
+func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bucket) scriptRun {
+	keys := r.keys[:0]
 	for i := range batch {
-		keys[i] = c.prefix + string(batch[i].Key)
+		keys = append(keys, c.prefix+string(batch[i].Key))
 	}
+	args := append(r.args[:0], opArgs[op])
 	if op == limiter.Check {
-		return scriptRun{keys: keys, args: []any{op.String()}}
+		return scriptRun{keys: keys, args: args}
 	}
-	args := make([]any, 0, 3+4*len(batch))
-	args = append(args, op.String(), nowUS, c.marginUS)
+	args = append(args, nowUS, c.marginArg)
 	for i := range batch {
 		b := &batch[i]
 		cost := b.Cost
@@ -202,5 +212,7 @@ func evalPipelined(ctx context.Context, client redis.UniversalClient, runs []scr
 // isNoScript reports that the server does not have the script cached, so
 // the script did not run.
 func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+	// Most calls succeed: nil is answered without the checks, which
+	// allocate.
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
