@@ -189,6 +189,11 @@ func decide(op limiter.Op, nowUS int64, reply []int64, batch []limiter.Bucket) (
 // cmds[:0], in order.
 func evalPipelined(ctx context.Context, client redis.UniversalClient, runs []scriptRun, cmds []*redis.Cmd) []*redis.Cmd {
 	cmds = cmds[:0]
+	if c, ok := client.(*redis.Client); ok && len(runs) == 1 {
+		// A lone run on a single node costs less as a plain command, and
+		// go-redis' Run sends the script's text itself when it must.
+		return append(cmds, script.Run(ctx, c, runs[0].keys, runs[0].args...))
+	}
 	pipe := client.Pipeline()
 	for _, r := range runs {
 		cmds = append(cmds, script.EvalSha(ctx, pipe, r.keys, r.args...))
