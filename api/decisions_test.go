@@ -299,11 +299,11 @@ type failingStore struct{}
 
 var errStoreDown = errors.New("connection refused")
 
-func (failingStore) Spend(context.Context, time.Time, []limiter.Bucket) error  { return errStoreDown }
-func (failingStore) Refund(context.Context, time.Time, []limiter.Bucket) error { return errStoreDown }
-func (failingStore) Read(context.Context, []limiter.Bucket) error              { return errStoreDown }
-func (failingStore) Reset(context.Context, []string) error                     { return errStoreDown }
-func (failingStore) Ping(context.Context) error                                { return errStoreDown }
+func (failingStore) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
+	return false, errStoreDown
+}
+func (failingStore) Reset(context.Context, []string) error { return errStoreDown }
+func (failingStore) Ping(context.Context) error            { return errStoreDown }
 
 func TestDegraded(t *testing.T) {
 	e := newEnv(t, failOpen(), withStore(failingStore{}))
