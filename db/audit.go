@@ -134,6 +134,7 @@ type limitDoc struct {
 	Count       int64     `json:"count"`
 	Period      string    `json:"period"`
 	Description string    `json:"description"`
+	Unit        string    `json:"unit"`
 	Shadow      bool      `json:"shadow"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
@@ -142,7 +143,7 @@ type limitDoc struct {
 func toLimitDoc(l limiter.Limit) *limitDoc {
 	return &limitDoc{
 		Name: l.Name, Enum: l.Enum, IDFormat: string(l.IDFormat), Burst: l.Burst, Count: l.Count,
-		Period: l.Period.String(), Description: l.Description, Shadow: l.Shadow, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
+		Period: l.Period.String(), Description: l.Description, Unit: l.Unit, Shadow: l.Shadow, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
 	}
 }
 

@@ -20,22 +20,23 @@ type limitRow struct {
 	Count       int64
 	Period      int64
 	Description string
+	Unit        string
 	Shadow      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
 
-const limitColumns = `name, enum, generation, id_format, burst, count, period, description, shadow, created_at, updated_at`
+const limitColumns = `name, enum, generation, id_format, burst, count, period, description, unit, shadow, created_at, updated_at`
 
 func (r *limitRow) dest() []any {
-	return []any{&r.Name, &r.Enum, &r.Generation, &r.IDFormat, &r.Burst, &r.Count, &r.Period, &r.Description, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
+	return []any{&r.Name, &r.Enum, &r.Generation, &r.IDFormat, &r.Burst, &r.Count, &r.Period, &r.Description, &r.Unit, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r *limitRow) limit() limiter.Limit {
 	return limiter.Limit{
 		Name: r.Name, Enum: r.Enum, Generation: r.Generation, IDFormat: limiter.IDFormat(r.IDFormat),
 		Params:      limiter.Params{Burst: r.Burst, Count: r.Count, Period: time.Duration(r.Period)},
-		Description: r.Description, Shadow: r.Shadow, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		Description: r.Description, Unit: r.Unit, Shadow: r.Shadow, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 }
 
@@ -122,6 +123,9 @@ const (
 )
 
 func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit, outcome, error) {
+	// The row always names its unit, so that a limit put without one
+	// equals the stored one that counts the default.
+	l.Unit = l.Counts()
 	old, err := getLimit(ctx, w.d, w.tx, l.Name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return w.createLimit(ctx, l)
@@ -148,9 +152,9 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 	}
 	l.UpdatedAt = w.now
 	err = w.exec(ctx, `
-		UPDATE limits SET id_format = $2, burst = $3, count = $4, period = $5, description = $6, shadow = $7, updated_at = $8
+		UPDATE limits SET id_format = $2, burst = $3, count = $4, period = $5, description = $6, unit = $7, shadow = $8, updated_at = $9
 		WHERE name = $1`,
-		l.Name, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, l.UpdatedAt)
+		l.Name, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, l.UpdatedAt)
 	if err != nil {
 		return limiter.Limit{}, unchanged, err
 	}
@@ -165,8 +169,8 @@ func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Lim
 	if l.Enum, l.Generation, err = w.giveEnum(ctx, l.Name, l.Enum); err != nil {
 		return limiter.Limit{}, unchanged, err
 	}
-	err = w.exec(ctx, `INSERT INTO limits (`+limitColumns+`) VALUES (`+placeholders(1, 11)+`)`,
-		l.Name, l.Enum, l.Generation, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, w.now, w.now)
+	err = w.exec(ctx, `INSERT INTO limits (`+limitColumns+`) VALUES (`+placeholders(1, 12)+`)`,
+		l.Name, l.Enum, l.Generation, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, w.now, w.now)
 	switch violated(err) {
 	case "":
 	case limitsEnumKey:

@@ -44,6 +44,8 @@ type Decision struct {
 	// Params are the parameters in force: the override's or the defaults.
 	// An unlimited bucket reports its limit's defaults and a full bucket.
 	Params Params
+	// Unit is what the limit counts (Limit.Counts).
+	Unit   string
 	Source Source
 	// Shadow decisions never deny the batch.
 	Shadow bool
@@ -313,6 +315,7 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 		}
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow
+		d.Unit = r.Limit.Counts()
 		rate := r.Params.Rate()
 		switch {
 		case r.Source == SourceUnlimited:

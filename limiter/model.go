@@ -16,6 +16,12 @@ const MaxEnum = 1<<31 - 1
 // later import keeps their numbers.
 const FirstAssignedEnum = 100
 
+// MaxCost is the largest cost a limit can express: the largest burst,
+// which has the shortest emission interval (1 µs) and the longest burst
+// offset (100 years). A settle's amounts above it are refused, since no
+// bucket could hold them.
+const MaxCost = int64(maxBurstOffset / time.Microsecond)
+
 // maxText bounds descriptions and comments, which are free text for people.
 const maxText = 1000
 
@@ -34,6 +40,10 @@ type Limit struct {
 	IDFormat   IDFormat
 	Params
 	Description string
+	// Unit is what a token of the limit counts, for people and metrics;
+	// the GCRA does not read it. Empty means DefaultUnit, so that code
+	// that builds limits without caring counts requests.
+	Unit string
 	// Shadow limits are computed, counted and reported, but never deny.
 	Shadow    bool
 	CreatedAt time.Time
@@ -57,7 +67,36 @@ func (l Limit) Validate() []FieldError {
 	if msg := TextProblem(l.Description); msg != "" {
 		ve.Add("description", msg)
 	}
+	if l.Unit != "" && !validUnit(l.Unit) {
+		ve.Add("unit", "must match ^[a-z][a-z0-9_-]{0,31}$, such as requests, tokens or bytes")
+	}
 	return ve.Fields
+}
+
+// DefaultUnit is what a limit counts unless it says otherwise.
+const DefaultUnit = "requests"
+
+// Counts returns the limit's unit, DefaultUnit when it names none.
+func (l Limit) Counts() string {
+	if l.Unit == "" {
+		return DefaultUnit
+	}
+	return l.Unit
+}
+
+// validUnit checks a unit against ^[a-z][a-z0-9_-]{0,31}$: a short word
+// that is safe as a metric label value and in the RateLimit headers.
+func validUnit(u string) bool {
+	if len(u) == 0 || len(u) > 32 || u[0] < 'a' || u[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(u); i++ {
+		c := u[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Override replaces a limit's defaults for one bucket.

@@ -80,7 +80,9 @@ func (r *defaultsReader) entry(k, v *yaml.Node) {
 	}
 	f := readFields(e, v, limitKeys()...)
 	old, exists := r.existing[name]
-	l := limiter.Limit{Name: name}
+	// Boulder's format has no unit: a limit keeps its own, and a new one
+	// counts the default.
+	l := limiter.Limit{Name: name, Unit: old.Unit}
 
 	l.Params = limiter.Params{Burst: requiredInt(e, f, "burst"), Count: requiredInt(e, f, "count"), Period: requiredDuration(e, f, "period")}
 	// A field reported missing or unreadable is not reported again.

@@ -24,16 +24,21 @@ type decision struct {
 	Allowed      bool            `json:"allowed"`
 	Reason       *limiter.Reason `json:"reason"`
 	Remaining    int64           `json:"remaining"`
+	Debt         int64           `json:"debt"`
 	RetryAfterMS int64           `json:"retry_after_ms"`
 	ResetAfterMS int64           `json:"reset_after_ms"`
 	Burst        int64           `json:"burst"`
 	Count        int64           `json:"count"`
 	Period       string          `json:"period"`
+	Unit         string          `json:"unit"`
+	// Capped is set on the decisions of a settle only.
+	Capped       *bool           `json:"capped,omitempty"`
 	Source       limiter.Source  `json:"source"`
 	Shadow       bool            `json:"shadow"`
-	// reason is what Reason points to when there is one, so that the
-	// pointer costs no allocation.
+	// reason and capped are what Reason and Capped point to, so that the
+	// pointers cost no allocation.
 	reason limiter.Reason
+	capped bool
 }
 
 // scratch is the working memory of one request, pooled so that the hot
@@ -103,7 +108,7 @@ func (sc *scratch) period(d time.Duration) string {
 }
 
 // fill converts a result into the answer's DTO, reusing its memory.
-func (sc *scratch) fill(res limiter.Result) {
+func (sc *scratch) fill(op limiter.Op, res limiter.Result) {
 	out := &sc.result
 	out.Allowed, out.Degraded = res.Allowed, res.Degraded
 	out.RetryAfterMS, out.ResetAfterMS = millis(res.RetryAfter), millis(res.ResetAfter)
@@ -111,13 +116,17 @@ func (sc *scratch) fill(res limiter.Result) {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		out.Decisions = append(out.Decisions, decision{
-			Limit: d.Limit, BucketID: d.BucketID, Allowed: d.Allowed, Remaining: d.Remaining,
+			Limit: d.Limit, BucketID: d.BucketID, Allowed: d.Allowed, Remaining: d.Remaining, Debt: d.Debt,
 			RetryAfterMS: millis(d.RetryAfter), ResetAfterMS: millis(d.ResetAfter),
-			Burst: d.Params.Burst, Count: d.Params.Count, Period: sc.period(d.Params.Period),
-			Source: d.Source, Shadow: d.Shadow, reason: d.Reason,
+			Burst: d.Params.Burst, Count: d.Params.Count, Period: sc.period(d.Params.Period), Unit: d.Unit,
+			Source: d.Source, Shadow: d.Shadow, reason: d.Reason, capped: d.Capped,
 		})
-		if r := &out.Decisions[len(out.Decisions)-1]; r.reason != "" {
+		r := &out.Decisions[len(out.Decisions)-1]
+		if r.reason != "" {
 			r.Reason = &r.reason
+		}
+		if op == limiter.Settle {
+			r.Capped = &r.capped
 		}
 	}
 }

@@ -1,5 +1,5 @@
 // Package decide serves the routes that act on buckets: /v1/check,
-// /v1/spend, /v1/refund and /v1/buckets/reset. They are the service's hot
+// /v1/spend, /v1/refund, /v1/settle and /v1/buckets/reset. They are the service's hot
 // path, so they are a plain http.Handler over the Limiter, outside the
 // admin API's router and middleware, and this is the only package that
 // holds code written for speed: a decoder for the common form of a body,
@@ -75,6 +75,26 @@ type route struct {
 	serve  func(h *Handler, w http.ResponseWriter, r *http.Request, sc *scratch) error
 }
 
+// form is what a body's buckets hold beside limit and bucket_id.
+type form uint8
+
+const (
+	// bare buckets hold nothing else: a reset.
+	bare form = iota
+	// costed buckets may hold a cost: a check, spend or refund.
+	costed
+	// settled buckets hold an actual and may hold a reserved amount.
+	settled
+)
+
+// formOf is the form of op's buckets.
+func formOf(op limiter.Op) form {
+	if op == limiter.Settle {
+		return settled
+	}
+	return costed
+}
+
 func decideOp(op limiter.Op) func(*Handler, http.ResponseWriter, *http.Request, *scratch) error {
 	return func(h *Handler, w http.ResponseWriter, r *http.Request, sc *scratch) error {
 		return h.decide(w, r, sc, op)
@@ -87,6 +107,7 @@ var routes = []route{
 	{"/v1/check", []auth.Scope{auth.Decide, auth.Support}, decideOp(limiter.Check)},
 	{"/v1/spend", []auth.Scope{auth.Decide}, decideOp(limiter.Spend)},
 	{"/v1/refund", []auth.Scope{auth.Decide}, decideOp(limiter.Refund)},
+	{"/v1/settle", []auth.Scope{auth.Decide}, decideOp(limiter.Settle)},
 	{"/v1/buckets/reset", []auth.Scope{auth.Support}, (*Handler).reset},
 }
 
@@ -226,10 +247,10 @@ func requireJSON(r *http.Request) error {
 	return nil
 }
 
-// decide answers a check, spend or refund. A decision is always a 200,
+// decide answers a check, spend, refund or settle. A decision is always a 200,
 // whatever it says; an error (422, 503) never carries one.
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op limiter.Op) error {
-	reqs, err := h.read(r, sc, true)
+	reqs, err := h.read(r, sc, formOf(op))
 	if err != nil {
 		return err
 	}
@@ -243,7 +264,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	h.cfg.Observer.ObserveDecisions(op, res)
 	hdr := w.Header()
 	sc.setHeaders(hdr, op, res)
-	sc.fill(res)
+	sc.fill(op, res)
 	sc.out = sc.result.appendJSON(sc.out)
 	answer(w, sc.out)
 	return nil
@@ -251,7 +272,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 
 // reset makes buckets full again.
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) error {
-	reqs, err := h.read(r, sc, false)
+	reqs, err := h.read(r, sc, bare)
 	if err != nil {
 		return err
 	}
@@ -278,17 +299,17 @@ func answer(w http.ResponseWriter, body []byte) {
 // read reads and decodes the body. A body of the wrong shape is a 400; one
 // with invalid values a 422 that also names the buckets the Limiter would
 // refuse, so that one answer lists every bad field and nothing is spent.
-func (h *Handler) read(r *http.Request, sc *scratch, withCost bool) ([]limiter.Request, error) {
+func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request, error) {
 	var err error
 	if sc.body, err = readBody(r, sc.body); err != nil {
 		return nil, err
 	}
-	reqs, ok := decodeFast(sc.body, sc.reqs, withCost, sc)
+	reqs, ok := decodeFast(sc.body, sc.reqs, f, sc)
 	if ok {
 		sc.reqs = reqs
 		return reqs, nil
 	}
-	reqs, fields, err := decodeStrict(sc.body, sc.reqs[:0], withCost)
+	reqs, fields, err := decodeStrict(sc.body, sc.reqs[:0], f)
 	if err != nil {
 		return nil, err
 	}

@@ -11,10 +11,11 @@ import (
 // dst:
 //
 //	{"buckets": [{"limit": "L", "bucket_id": "B", "cost": 1}, ...]}
+//	{"buckets": [{"limit": "L", "bucket_id": "B", "reserved": 1, "actual": 2}, ...]}
 //
 // with 1 to limiter.MaxBatch buckets, each holding limit and bucket_id at
-// most once, an optional cost (withCost only) that is a non-negative
-// integer, and strings of valid UTF-8 without escapes. It reports false
+// most once, the amounts its form allows, each at most once and a
+// non-negative integer (a settle's at most limiter.MaxCost), and strings of valid UTF-8 without escapes. It reports false
 // for anything else, valid or not; decodeStrict then reads the body, which
 // accepts the rest of JSON and words every error. So the two agree by
 // construction on every body this one refuses, and the fuzz test checks
@@ -22,7 +23,7 @@ import (
 //
 // It exists because decodeStrict costs a token, and an allocation or more,
 // per JSON value; this one costs a pass over the bytes and the strings.
-func decodeFast(body []byte, dst []limiter.Request, withCost bool, sc *scratch) ([]limiter.Request, bool) {
+func decodeFast(body []byte, dst []limiter.Request, f form, sc *scratch) ([]limiter.Request, bool) {
 	p := jsonScanner{b: body}
 	if !p.next('{') || !p.key("buckets") || !p.next('[') {
 		return dst, false
@@ -31,7 +32,7 @@ func decodeFast(body []byte, dst []limiter.Request, withCost bool, sc *scratch) 
 		if len(dst) == limiter.MaxBatch {
 			return dst, false
 		}
-		req, ok := p.bucket(withCost, sc)
+		req, ok := p.bucket(f, sc)
 		if !ok {
 			return dst, false
 		}
@@ -133,12 +134,12 @@ func (p *jsonScanner) cost() (int64, bool) {
 }
 
 // bucket consumes one bucket object.
-func (p *jsonScanner) bucket(withCost bool, sc *scratch) (limiter.Request, bool) {
+func (p *jsonScanner) bucket(f form, sc *scratch) (limiter.Request, bool) {
 	req := limiter.Request{Cost: 1}
 	if !p.next('{') {
 		return req, false
 	}
-	var haveLimit, haveID, haveCost bool
+	var haveLimit, haveID, haveCost, haveReserved bool
 	for {
 		k, ok := p.str()
 		if !ok || !p.next(':') {
@@ -157,15 +158,25 @@ func (p *jsonScanner) bucket(withCost bool, sc *scratch) (limiter.Request, bool)
 				return req, false
 			}
 			req.BucketID, haveID = string(v), true
-		case "cost":
-			if !withCost {
+		case "cost", "actual":
+			// A settle's actual takes the place of the cost.
+			if string(k) == "actual" != (f == settled) || f == bare {
 				return req, false
 			}
 			v, ok := p.cost()
-			if !ok || haveCost {
+			if !ok || haveCost || f == settled && v > limiter.MaxCost {
 				return req, false
 			}
 			req.Cost, haveCost = v, true
+		case "reserved":
+			if f != settled {
+				return req, false
+			}
+			v, ok := p.cost()
+			if !ok || haveReserved || v > limiter.MaxCost {
+				return req, false
+			}
+			req.Reserved, haveReserved = v, true
 		default:
 			return req, false
 		}
@@ -173,7 +184,8 @@ func (p *jsonScanner) bucket(withCost bool, sc *scratch) (limiter.Request, bool)
 			continue
 		}
 		if p.next('}') {
-			return req, haveLimit && haveID
+			// A settle's actual has no default.
+			return req, haveLimit && haveID && (f != settled || haveCost)
 		}
 		return req, false
 	}
@@ -222,6 +234,8 @@ func (d *decision) appendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `,"debt":`...)
+	b = strconv.AppendInt(b, d.Debt, 10)
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, d.RetryAfterMS, 10)
 	b = append(b, `,"reset_after_ms":`...)
@@ -232,6 +246,12 @@ func (d *decision) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, d.Count, 10)
 	b = append(b, `,"period":`...)
 	b = appendJSONString(b, d.Period)
+	b = append(b, `,"unit":`...)
+	b = appendJSONString(b, d.Unit)
+	if d.Capped != nil {
+		b = append(b, `,"capped":`...)
+		b = strconv.AppendBool(b, *d.Capped)
+	}
 	b = append(b, `,"source":`...)
 	b = appendJSONString(b, string(d.Source))
 	b = append(b, `,"shadow":`...)

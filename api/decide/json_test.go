@@ -31,6 +31,14 @@ var decisionSeeds = []string{
 	`{"buckets":[{"limit":"L","bucket_id":"d","cost":5,"cost":0}]}`,
 	`{"buckets":[{"limit":"L","bucket_id":"1","cost":99999999999999999999}]}`,
 	`{"buckets":[{"limit":"L","bucket_id":"a\u0000b"}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","reserved":1000,"actual":30000}]}`,
+	`{"buckets":[{"actual":0,"limit":"L","bucket_id":"1"}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","reserved":1}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","actual":1,"cost":1}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","actual":3153600000000000}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","actual":3153600000000001}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","actual":2,"reserved":-1}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","actual":2,"actual":3}]}`,
 }
 
 // FuzzDecisionDecoder holds the fast decoder to the strict one: every body
@@ -38,11 +46,14 @@ var decisionSeeds = []string{
 // into the same requests. Neither may panic.
 func FuzzDecisionDecoder(f *testing.F) {
 	for _, s := range decisionSeeds {
-		f.Add([]byte(s), true)
+		for _, fm := range []form{bare, costed, settled} {
+			f.Add([]byte(s), uint8(fm))
+		}
 	}
-	f.Fuzz(func(t *testing.T, body []byte, withCost bool) {
-		strict, fields, err := decodeStrict(body, nil, withCost)
-		fast, ok := decodeFast(body, nil, withCost, new(scratch))
+	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
+		fm := form(n % 3)
+		strict, fields, err := decodeStrict(body, nil, fm)
+		fast, ok := decodeFast(body, nil, fm, new(scratch))
 		if !ok {
 			return
 		}
@@ -62,7 +73,8 @@ func FuzzDecisionJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, limit, id, period string, n int64, allowed bool) {
 		reason := limiter.ReasonLimited
 		r := result{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decision{
-			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Period: period, Source: limiter.Source(id)},
+			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Debt: n, Period: period, Unit: id,
+				Source: limiter.Source(id), Capped: &allowed},
 			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
 		}}
 		var want bytes.Buffer
@@ -95,7 +107,7 @@ func TestSurrogateEscapes(t *testing.T) {
 		`{"buckets":[{"limit":"L","bucket_id":"x"}],"\udfff":1}`:       false,
 		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00\ud83d"}]}`: false,
 	} {
-		reqs, _, err := decodeStrict([]byte(body), nil, true)
+		reqs, _, err := decodeStrict([]byte(body), nil, costed)
 		if (err == nil) != ok {
 			t.Errorf("%s: %v", body, err)
 		}

@@ -23,7 +23,7 @@ import (
 // A repeated key is refused rather than read as encoding/json reads it
 // (the last one wins): a proxy that reads the first one would act on a
 // different request from the one decided here.
-func decodeStrict(body []byte, dst []limiter.Request, withCost bool) ([]limiter.Request, []limiter.FieldError, error) {
+func decodeStrict(body []byte, dst []limiter.Request, f form) ([]limiter.Request, []limiter.FieldError, error) {
 	switch {
 	case len(bytes.TrimSpace(body)) == 0:
 		return dst, nil, badRequest("the body is empty; a JSON object is expected", nil)
@@ -44,7 +44,7 @@ func decodeStrict(body []byte, dst []limiter.Request, withCost bool) ([]limiter.
 		// ids would name one bucket.
 		return dst, nil, badRequest("the body is not valid UTF-8", []limiter.FieldError{{Field: "body", Message: "holds an unpaired surrogate escape"}})
 	}
-	w := walker{dec: json.NewDecoder(bytes.NewReader(raw)), withCost: withCost, reqs: dst}
+	w := walker{dec: json.NewDecoder(bytes.NewReader(raw)), form: f, reqs: dst}
 	w.dec.UseNumber()
 	w.body()
 	if len(w.shape) > 0 {
@@ -96,7 +96,7 @@ func badRequest(detail string, fields []limiter.FieldError) error {
 // walker reads a body known to be one valid JSON value, token by token.
 type walker struct {
 	dec      *json.Decoder
-	withCost bool
+	form     form
 	reqs     []limiter.Request
 	// shape collects the 400's fields, invalid the 422's.
 	shape, invalid []limiter.FieldError
@@ -206,19 +206,26 @@ func (w *walker) bucket(path string) {
 		return
 	}
 	req := limiter.Request{Cost: 1}
-	var haveLimit, haveID bool
+	var haveLimit, haveID, haveActual bool
 	w.object(path, func(key, kp string) {
 		switch {
 		case key == "limit":
 			req.Limit, haveLimit = w.str(kp)
 		case key == "bucket_id":
 			req.BucketID, haveID = w.str(kp)
-		case key == "cost" && w.withCost:
-			req.Cost = w.cost(kp)
+		case key == "cost" && w.form == costed:
+			req.Cost = w.cost(kp, 1<<63-1)
+		case key == "actual" && w.form == settled:
+			req.Cost, haveActual = w.cost(kp, limiter.MaxCost), true
+		case key == "reserved" && w.form == settled:
+			req.Reserved = w.cost(kp, limiter.MaxCost)
 		default:
 			w.unknown(kp)
 		}
 	})
+	if w.form == settled && !haveActual {
+		w.missing(path + ".actual")
+	}
 	if !haveLimit {
 		w.missing(path + ".limit")
 	}
@@ -249,12 +256,9 @@ func (w *walker) str(path string) (string, bool) {
 	return s, ok
 }
 
-// costRange is the message of a cost outside int64 or below zero: whatever
-// its size, an integer is a value, not a shape.
-var costRange = "must be an integer from 0 to " + strconv.FormatInt(1<<63-1, 10)
-
-// cost reads a non-negative integer.
-func (w *walker) cost(path string) int64 {
+// cost reads an integer from 0 to most. One outside that range, whatever
+// its size, is a value, not a shape: a 422, not a 400.
+func (w *walker) cost(path string, most int64) int64 {
 	t := w.token()
 	n, ok := t.(json.Number)
 	if !ok || strings.ContainsAny(string(n), ".eE") {
@@ -262,8 +266,8 @@ func (w *walker) cost(path string) int64 {
 		return 0
 	}
 	v, err := strconv.ParseInt(string(n), 10, 64)
-	if errors.Is(err, strconv.ErrRange) || v < 0 {
-		w.invalid = append(w.invalid, limiter.FieldError{Field: path, Message: costRange})
+	if errors.Is(err, strconv.ErrRange) || v < 0 || v > most {
+		w.invalid = append(w.invalid, limiter.FieldError{Field: path, Message: "must be an integer from 0 to " + strconv.FormatInt(most, 10)})
 		return 0
 	}
 	return v
