@@ -1247,8 +1247,8 @@ func TestMigrate(t *testing.T) {
 	run(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
 		cur, latest, err := e.db.MigrationVersion(ctx)
-		if err != nil || cur != latest || latest != 4 {
-			t.Fatalf("MigrationVersion = %d, %d, %v; want 4, 4", cur, latest, err)
+		if err != nil || cur != latest || latest != 7 {
+			t.Fatalf("MigrationVersion = %d, %d, %v; want 7, 7", cur, latest, err)
 		}
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		if err := e.db.Migrate(ctx); err != nil {
