@@ -53,6 +53,12 @@ type Database interface {
 	DeleteOverride(ctx context.Context, actor, id string) error
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 
+	CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error)
+	GetRule(ctx context.Context, id string) (limiter.Rule, error)
+	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
+	SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter.Rule, error)
+	DeleteRule(ctx context.Context, actor, id string) error
+
 	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
 	ListTokens(ctx context.Context) ([]auth.Token, error)
 	RevokeToken(ctx context.Context, actor, id string) error

@@ -1,0 +1,166 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+func TestRules(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			e.limit("PerIP", "ip_address", 10, 10, "1m")
+			e.limit("PerText", "string", 10, 10, "1m")
+			res := e.do("POST", "/v1/rules", e.admin, obj{
+				"domain": "edge", "descriptor": []obj{{"key": "remote_address"}}, "limit": "PerIP",
+			}).expect(t, http.StatusCreated)
+			r := res.object(t)
+			id, _ := r["id"].(string)
+			if loc := res.header.Get("Location"); loc != "/v1/rules/"+id || id == "" {
+				t.Errorf("Location %q for %v", loc, r)
+			}
+			if d := r["descriptor"].([]any)[0].(map[string]any); d["key"] != "remote_address" || d["value"] != nil {
+				t.Errorf("descriptor %v", r["descriptor"])
+			}
+			// The rule is in the snapshot when the answer comes.
+			if limit, bucket, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "::ffff:10.0.0.1")); !ok || limit != "PerIP" || bucket != "::ffff:10.0.0.1" {
+				t.Errorf("Match = %q, %q, %v", limit, bucket, ok)
+			}
+			e.do("POST", "/v1/rules", e.admin, obj{
+				"domain": "edge", "descriptor": []obj{{"key": "remote_address"}}, "limit": "PerText",
+			}).expect(t, http.StatusConflict)
+			e.do("POST", "/v1/rules", e.admin, obj{
+				"domain": "edge", "descriptor": []obj{{"key": "path", "value": "/api*"}, {"key": "user"}}, "limit": "PerText",
+			}).expect(t, http.StatusCreated)
+			e.do("POST", "/v1/rules", e.admin, obj{
+				"domain": "other", "descriptor": []obj{{"key": "k", "value": "v"}}, "limit": "PerText",
+			}).expect(t, http.StatusCreated)
+
+			var list struct {
+				Rules []struct {
+					ID, Domain, Limit string
+				}
+			}
+			e.do("GET", "/v1/rules?domain=edge", e.token("reader", auth.Decide), nil).expect(t, http.StatusOK).json(t, &list)
+			if len(list.Rules) != 2 || list.Rules[0].ID != id {
+				t.Errorf("edge rules %+v", list.Rules)
+			}
+			e.do("GET", "/v1/rules", e.admin, nil).expect(t, http.StatusOK).json(t, &list)
+			if len(list.Rules) != 3 {
+				t.Errorf("all rules %+v", list.Rules)
+			}
+			e.do("GET", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusOK)
+			e.do("GET", "/v1/rules/nope", e.admin, nil).expect(t, http.StatusNotFound)
+
+			// A limit used by rules cannot go.
+			e.do("DELETE", "/v1/limits/PerIP", e.admin, nil).expect(t, http.StatusConflict)
+			got := e.do("PATCH", "/v1/rules/"+id, e.admin, obj{"limit": "PerText"}).expect(t, http.StatusOK).object(t)
+			if got["limit"] != "PerText" {
+				t.Errorf("patched %v", got)
+			}
+			e.do("DELETE", "/v1/limits/PerIP", e.admin, nil).expect(t, http.StatusNoContent)
+			e.do("DELETE", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusNoContent)
+			e.do("DELETE", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusNotFound)
+			if _, _, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "10.0.0.1")); ok {
+				t.Error("a deleted rule still matches")
+			}
+
+			// Only admins write; support reads.
+			support := e.token("staff", auth.Support)
+			e.do("POST", "/v1/rules", support, obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "PerText"}).expect(t, http.StatusForbidden)
+			e.do("GET", "/v1/rules", support, nil).expect(t, http.StatusOK)
+			e.do("GET", "/v1/rules", "", nil).expect(t, http.StatusUnauthorized)
+		})
+	}
+}
+
+func TestRulesBadInput(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			e.limit("PerIP", "ip_address", 10, 10, "1m")
+			before := e.rows()
+			invalid := func(body any, fields ...string) {
+				t.Helper()
+				p := e.do("POST", "/v1/rules", e.admin, body).expect(t, http.StatusUnprocessableEntity).problem(t)
+				wantFields(t, p, fields...)
+			}
+			invalid(obj{"domain": "", "descriptor": []obj{}, "limit": "9"}, "domain", "descriptor", "limit")
+			invalid(obj{"domain": "d\x00", "descriptor": []obj{{"key": "k\u0085"}, {"key": "", "value": ""}}, "limit": "PerIP"},
+				"domain", "descriptor[0].key", "descriptor[1].key", "descriptor[1].value")
+			invalid(obj{"domain": strings.Repeat("d", 257), "descriptor": []obj{{"key": "k", "value": strings.Repeat("v", 257)}}, "limit": "PerIP"},
+				"domain", "descriptor[0].value")
+			many := make([]obj, 17)
+			for i := range many {
+				many[i] = obj{"key": "k"}
+			}
+			invalid(obj{"domain": "d", "descriptor": many, "limit": "PerIP"}, "descriptor")
+			invalid(obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "Missing"}, "limit")
+			// Two free values make a bucket id only the string format takes.
+			invalid(obj{"domain": "d", "descriptor": []obj{{"key": "a"}, {"key": "b"}}, "limit": "PerIP"}, "limit")
+			invalid(obj{"descriptor": []obj{{"value": "v"}}}, "domain", "descriptor[0].key", "limit")
+
+			bad := func(body string) {
+				t.Helper()
+				e.do("POST", "/v1/rules", e.admin, body).expect(t, http.StatusBadRequest)
+			}
+			bad(`{"domain":"d","descriptor":[{"key":"k","extra":1}],"limit":"PerIP"}`)
+			bad(`{"domain":"d","descriptor":{"key":"k"},"limit":"PerIP"}`)
+			bad(`{"domain":null,"descriptor":[{"key":"k"}],"limit":"PerIP"}`)
+			bad(`{"domain":"d","descriptor":[{"key":1e400}],"limit":"PerIP"}`)
+			e.unchanged(before)
+			if rules, err := e.db.ListRules(t.Context(), ""); err != nil || len(rules) != 0 {
+				t.Errorf("rules after refused requests: %v, %v", rules, err)
+			}
+
+			r := e.do("POST", "/v1/rules", e.admin, obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "PerIP"}).
+				expect(t, http.StatusCreated).object(t)
+			p := e.do("PATCH", "/v1/rules/"+r["id"].(string), e.admin, obj{}).expect(t, http.StatusUnprocessableEntity).problem(t)
+			wantFields(t, p, "limit")
+			e.do("PATCH", "/v1/rules/"+r["id"].(string), e.admin, obj{"limit": "PerIP", "domain": "x"}).expect(t, http.StatusBadRequest)
+		})
+	}
+}
+
+// TestRuleRacesLimitDeletion: a rule created while its limit is deleted
+// either exists with its limit, or neither does; never a rule without a
+// limit, and never a 5xx.
+func TestRuleRacesLimitDeletion(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			for range 10 {
+				e.limit("L", "string", 10, 10, "1m")
+				var wg sync.WaitGroup
+				var create, del *response
+				wg.Go(func() {
+					create = e.do("POST", "/v1/rules", e.admin, obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "L"})
+				})
+				wg.Go(func() { del = e.do("DELETE", "/v1/limits/L", e.admin, nil) })
+				wg.Wait()
+				switch {
+				case create.status == http.StatusCreated && del.status == http.StatusConflict:
+					e.do("DELETE", "/v1/rules/"+create.object(t)["id"].(string), e.admin, nil).expect(t, http.StatusNoContent)
+					e.do("DELETE", "/v1/limits/L", e.admin, nil).expect(t, http.StatusNoContent)
+				case create.status == http.StatusUnprocessableEntity && del.status == http.StatusNoContent:
+				default:
+					t.Fatalf("create %d %s, delete %d %s", create.status, create.body, del.status, del.body)
+				}
+			}
+		})
+	}
+}
+
+// entriesOf makes a request descriptor of keys and values.
+func entriesOf(kv ...string) []limiter.DescriptorEntry {
+	var out []limiter.DescriptorEntry
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, limiter.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
