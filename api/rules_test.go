@@ -28,8 +28,9 @@ func TestRules(t *testing.T) {
 				t.Errorf("descriptor %v", r["descriptor"])
 			}
 			// The rule is in the snapshot when the answer comes.
-			if limit, bucket, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "::ffff:10.0.0.1")); !ok || limit != "PerIP" || bucket != "::ffff:10.0.0.1" {
-				t.Errorf("Match = %q, %q, %v", limit, bucket, ok)
+			mapped := entriesOf("remote_address", "::ffff:10.0.0.1")
+			if r, ok := e.limiter.Snapshot().Match("edge", mapped); !ok || r.Limit != "PerIP" || r.BucketID(mapped) != "::ffff:10.0.0.1" {
+				t.Errorf("Match = %+v, %v", r, ok)
 			}
 			e.do("POST", "/v1/rules", e.admin, obj{
 				"domain": "edge", "descriptor": []obj{{"key": "remote_address"}}, "limit": "PerText",
@@ -66,7 +67,7 @@ func TestRules(t *testing.T) {
 			e.do("DELETE", "/v1/limits/PerIP", e.admin, nil).expect(t, http.StatusNoContent)
 			e.do("DELETE", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusNoContent)
 			e.do("DELETE", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusNotFound)
-			if _, _, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "10.0.0.1")); ok {
+			if _, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "10.0.0.1")); ok {
 				t.Error("a deleted rule still matches")
 			}
 

@@ -317,19 +317,18 @@ func (s *Snapshot) Rules() []Rule {
 	return out
 }
 
-// Match finds the most specific rule of domain that entries match and
-// returns its limit and the bucket id formed from entries, not yet
-// canonicalised; ok is false when no rule matches.
-func (s *Snapshot) Match(domain string, entries []DescriptorEntry) (limit, bucketID string, ok bool) {
+// Match finds the most specific rule of domain that entries match; ok is
+// false when none does. The rule's BucketID of entries is the bucket.
+func (s *Snapshot) Match(domain string, entries []DescriptorEntry) (r Rule, ok bool) {
 	root := s.ruleIdx[domain]
 	if root == nil {
-		return "", "", false
+		return Rule{}, false
 	}
-	r := root.match(entries)
-	if r == nil {
-		return "", "", false
+	found := root.match(entries)
+	if found == nil {
+		return Rule{}, false
 	}
-	return r.Limit, r.BucketID(entries), true
+	return *found, true
 }
 
 // PutRule adds r or replaces the rule with its id. The rule must be valid

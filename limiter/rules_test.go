@@ -68,7 +68,11 @@ func TestMatchPrecedence(t *testing.T) {
 		{"e", "", "", entries("k", "w")},
 		{"nodomain", "", "", entries("k", "v")},
 	} {
-		limit, bucket, ok := s.Match(tc.domain, tc.in)
+		r, ok := s.Match(tc.domain, tc.in)
+		limit, bucket := r.Limit, ""
+		if ok {
+			bucket = r.BucketID(tc.in)
+		}
 		if limit != tc.limit || bucket != tc.bucket || ok != (tc.limit != "") {
 			t.Errorf("Match(%q, %v) = %q, %q, %v; want %q, %q", tc.domain, tc.in, limit, bucket, ok, tc.limit, tc.bucket)
 		}
@@ -83,11 +87,11 @@ func TestMatchBacktracks(t *testing.T) {
 		Rule{ID: "b", Domain: "d", Descriptor: entries("a", "x*", "b", ""), Limit: "Prefix"},
 		Rule{ID: "c", Domain: "d", Descriptor: entries("a", "", "b", "y"), Limit: "PerText"},
 	)
-	if limit, _, _ := s.Match("d", entries("a", "x", "b", "y")); limit != "Prefix" {
-		t.Errorf("got %q, want Prefix", limit)
+	if r, _ := s.Match("d", entries("a", "x", "b", "y")); r.Limit != "Prefix" {
+		t.Errorf("got %q, want Prefix", r.Limit)
 	}
-	if limit, _, _ := s.Match("d", entries("a", "z", "b", "y")); limit != "PerText" {
-		t.Errorf("got %q, want PerText", limit)
+	if r, _ := s.Match("d", entries("a", "z", "b", "y")); r.Limit != "PerText" {
+		t.Errorf("got %q, want PerText", r.Limit)
 	}
 }
 
@@ -99,15 +103,15 @@ func TestRuleChangesReachSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := b.Snapshot(2, time.Unix(1, 0))
-	if limit, _, _ := next.Match("d", entries("k", "vw")); limit != "Prefix" {
-		t.Errorf("after the change got %q, want Prefix", limit)
+	if r, _ := next.Match("d", entries("k", "vw")); r.Limit != "Prefix" {
+		t.Errorf("after the change got %q, want Prefix", r.Limit)
 	}
-	if _, _, ok := next.Match("d", entries("k", "w")); ok {
+	if _, ok := next.Match("d", entries("k", "w")); ok {
 		t.Error("a deleted rule still matches")
 	}
 	// The earlier snapshot is untouched.
-	if limit, _, _ := s.Match("d", entries("k", "w")); limit != "PerText" {
-		t.Errorf("the earlier snapshot changed: got %q", limit)
+	if r, _ := s.Match("d", entries("k", "w")); r.Limit != "PerText" {
+		t.Errorf("the earlier snapshot changed: got %q", r.Limit)
 	}
 	if len(next.Rules()) != 1 || len(s.Rules()) != 1 || next.Rules()[0].ID != "r2" {
 		t.Errorf("Rules() = %v and %v", s.Rules(), next.Rules())

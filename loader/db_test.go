@@ -103,8 +103,8 @@ func TestChangesReachEveryReplica(t *testing.T) {
 			}
 			account := []limiter.DescriptorEntry{{Key: "account", Value: "7"}}
 			eventually(t, "the new rule", func() bool {
-				limit, id, ok := f.lim.Snapshot().Match("edge", account)
-				return ok && limit == "NewOrdersPerAccount" && id == "7"
+				r, ok := f.lim.Snapshot().Match("edge", account)
+				return ok && r.Limit == "NewOrdersPerAccount" && r.BucketID(account) == "7"
 			})
 			// A replica that starts now reads the rule in its full load.
 			if late := follow(t, openDB(t, url)); len(late.lim.Snapshot().Rules()) != 1 {
@@ -114,7 +114,7 @@ func TestChangesReachEveryReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			eventually(t, "the rule's deletion", func() bool {
-				_, _, ok := f.lim.Snapshot().Match("edge", account)
+				_, ok := f.lim.Snapshot().Match("edge", account)
 				return !ok
 			})
 		})

@@ -38,6 +38,9 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 func startServe(t *testing.T, env map[string]string) *service {
 	t.Helper()
 	env["RATELIMIT_HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["RATELIMIT_GRPC_ADDR"]; !ok {
+		env["RATELIMIT_GRPC_ADDR"] = "127.0.0.1:0"
+	}
 	if env["RATELIMIT_DATABASE_URL"] == "" {
 		env["RATELIMIT_DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
 	}
