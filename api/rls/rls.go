@@ -304,35 +304,31 @@ var units = []struct {
 }
 
 // currentLimit states a rate of count per period in Envoy's terms: in the
-// largest unit in which the number of requests is whole; when there is
-// none, in the smallest unit in which it is at least 1, rounded down.
-// Envoy's field is 32 bits: a larger number is capped.
+// largest unit, no longer than the period, in which the number of requests
+// is whole (300 per 3h is 100 per HOUR, 10 per second 10 per SECOND); when
+// there is none, in the smallest unit in which it is at least 1, rounded
+// down (1 per 90s is 40 per HOUR); a rate below 1 a year shows as 1 per
+// YEAR. A limit's rate is at most a million a second, which always fits
+// Envoy's 32 bits in seconds.
 func currentLimit(name string, p limiter.Params) *rlsv3.RateLimitResponse_RateLimit {
-	out := &rlsv3.RateLimitResponse_RateLimit{Name: name}
-	if p.Count <= 0 || p.Period <= 0 {
-		return out
-	}
-	var fallback *rlsv3.RateLimitResponse_RateLimit
+	out := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_YEAR}
 	for _, u := range units {
 		hi, lo := bits.Mul64(uint64(p.Count), uint64(u.d))
 		if hi >= uint64(p.Period) {
-			continue // over 2^64 per unit: far past 32 bits
+			continue // over 2^64 a unit
 		}
 		q, r := bits.Div64(hi, lo, uint64(p.Period))
-		if q == 0 || q > math.MaxUint32 {
-			continue
-		}
-		if r == 0 {
+		switch {
+		case q == 0 || q > math.MaxUint32:
+		case r == 0 && u.d <= p.Period:
 			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
 			return out
+		default:
+			// Units go from the largest down: the last kept is the
+			// smallest.
+			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
 		}
-		fallback = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(q), Unit: u.unit}
 	}
-	if fallback != nil {
-		return fallback
-	}
-	// More than 2^32 a second: the largest number Envoy can hold.
-	out.RequestsPerUnit, out.Unit = math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND
 	return out
 }
 

@@ -67,7 +67,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newCodec())}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
