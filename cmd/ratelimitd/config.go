@@ -24,7 +24,14 @@ import (
 type setting struct {
 	env, flag, def, usage string
 	secret                bool
+	// emptyOff makes the variable set to the empty string turn the
+	// feature off; for the others an empty variable is not set.
+	emptyOff bool
 }
+
+// setEmpty is what getenv returns for a variable set to the empty string,
+// which no real value can be.
+const setEmpty = "\x00"
 
 // settings lists every configuration value; the README's table follows it.
 var settings = []setting{
@@ -39,7 +46,7 @@ var settings = []setting{
 	{env: "RATELIMIT_DENIED_CACHE_SIZE", flag: "denied-cache-size", def: "100000", usage: "buckets known to be empty kept in memory; 0 disables"},
 	{env: "RATELIMIT_MIGRATE", flag: "migrate", def: "true", usage: "apply pending migrations before serve, import and token start"},
 	{env: "RATELIMIT_LOG_LEVEL", flag: "log-level", def: "info", usage: "debug, info, warn or error"},
-	{env: "RATELIMIT_GRPC_ADDR", flag: "grpc-addr", def: "127.0.0.1:8081", usage: "listen address of Envoy's rate limit service (gRPC); empty turns it off"},
+	{env: "RATELIMIT_GRPC_ADDR", flag: "grpc-addr", def: "127.0.0.1:8081", usage: "listen address of Envoy's rate limit service (gRPC); empty turns it off", emptyOff: true},
 	{env: "RATELIMIT_GRPC_AUTH", flag: "grpc-auth", def: "token", usage: "token (bearer metadata of scope decide or admin required) or none, for a listener only the proxy reaches"},
 	{env: "RATELIMIT_GRPC_TLS_CERT", flag: "grpc-tls-cert", def: "", usage: "PEM certificate file of the gRPC listener; with the key, it serves TLS"},
 	{env: "RATELIMIT_GRPC_TLS_KEY", flag: "grpc-tls-key", def: "", usage: "PEM private key file of the gRPC listener"},
@@ -167,10 +174,13 @@ func value(s setting, flagValue string, flagSet bool, getenv func(string) string
 	if flagSet {
 		return flagValue, nil
 	}
-	if v := getenv(s.env); v != "" {
+	switch v := getenv(s.env); {
+	case v == setEmpty && s.emptyOff:
+		return "", nil
+	case v != "" && v != setEmpty:
 		return v, nil
 	}
-	if path := getenv(s.env + "_FILE"); s.secret && path != "" {
+	if path := getenv(s.env + "_FILE"); s.secret && path != "" && path != setEmpty {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return "", fmt.Errorf("%s_FILE: %w", s.env, err)

@@ -25,9 +25,15 @@ type service struct {
 	stop   func() error
 }
 
-// getenv serves a fixed environment.
+// getenv serves a fixed environment, where a variable set to "" is set
+// and empty, as environ reports it.
 func getenv(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
+	return func(k string) string {
+		if v, ok := env[k]; ok && v == "" {
+			return setEmpty
+		}
+		return env[k]
+	}
 }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
