@@ -149,6 +149,24 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 		limitName: r.Limit, after: toRuleDoc(r)})
 }
 
+// putRule creates r, or points the rule of its domain and descriptor at
+// r.Limit.
+func (w *writeTx) putRule(ctx context.Context, r limiter.Rule) (outcome, error) {
+	desc := descriptorJSON(r.Descriptor)
+	old, err := scanRuleFrom(w.tx.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules WHERE domain = $1 AND descriptor_hash = $2`,
+		r.Domain, descriptorHash(desc)))
+	switch err = w.d.fail(ctx, err); {
+	case errors.Is(err, sql.ErrNoRows):
+		_, err := w.createRule(ctx, r)
+		return created, err
+	case err != nil:
+		return unchanged, err
+	case old.Limit == r.Limit:
+		return unchanged, nil
+	}
+	return updated, w.setRuleLimit(ctx, old, r.Limit)
+}
+
 // GetRule returns the rule with the id, or an error wrapping
 // limiter.ErrNotFound.
 func (d *DB) GetRule(ctx context.Context, id string) (limiter.Rule, error) {
@@ -181,25 +199,32 @@ func (d *DB) SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter
 			return err
 		}
 		r = old
-		r.Limit = limit
-		if r.Limit == old.Limit {
+		if limit == old.Limit {
 			return nil
 		}
-		if err := w.ruleLimit(ctx, r); err != nil {
-			return err
-		}
-		r.UpdatedAt = w.now
-		if err := w.exec(ctx, `UPDATE rules SET limit_name = $2, updated_at = $3, updated_by = $4 WHERE id = $1`,
-			id, limit, w.now, w.actor); err != nil {
-			return err
-		}
-		return w.audit(ctx, auditEntry{entity: entityRule, entityID: id, action: limiter.ActionUpdate,
-			limitName: limit, before: toRuleDoc(old), after: toRuleDoc(r)})
+		r.Limit, r.UpdatedAt = limit, w.now
+		return w.setRuleLimit(ctx, old, limit)
 	})
 	if err != nil {
 		return limiter.Rule{}, err
 	}
 	return r, nil
+}
+
+// setRuleLimit points the stored rule old at limit, which must exist and
+// suit it.
+func (w *writeTx) setRuleLimit(ctx context.Context, old limiter.Rule, limit string) error {
+	r := old
+	r.Limit, r.UpdatedAt = limit, w.now
+	if err := w.ruleLimit(ctx, r); err != nil {
+		return err
+	}
+	if err := w.exec(ctx, `UPDATE rules SET limit_name = $2, updated_at = $3, updated_by = $4 WHERE id = $1`,
+		r.ID, limit, w.now, w.actor); err != nil {
+		return err
+	}
+	return w.audit(ctx, auditEntry{entity: entityRule, entityID: r.ID, action: limiter.ActionUpdate,
+		limitName: limit, before: toRuleDoc(old), after: toRuleDoc(r)})
 }
 
 // DeleteRule deletes the rule with the id.
