@@ -165,3 +165,39 @@ func entriesOf(kv ...string) []limiter.DescriptorEntry {
 	}
 	return out
 }
+
+func TestEnvoyImportExport(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			doc := "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n" +
+				"  - key: remote_address\n    value: 10.0.0.9\n    rate_limit: {unlimited: true}\n"
+			yaml := func(method, path, body string) *response {
+				return e.do(method, path, e.admin, body, "Content-Type", "application/yaml")
+			}
+			got := yaml("POST", "/v1/import?kind=envoy&dry_run=true", doc).expect(t, http.StatusOK).object(t)
+			if got["created"] != float64(3) {
+				t.Errorf("dry run %v", got)
+			}
+			got = yaml("POST", "/v1/import?kind=envoy", doc).expect(t, http.StatusOK).object(t)
+			if got["created"] != float64(3) {
+				t.Errorf("import %v", got)
+			}
+			if r, ok := e.limiter.Snapshot().Match("edge", entriesOf("remote_address", "10.0.0.9")); !ok || r.Limit != "edge.remote_address" {
+				t.Errorf("imported rule %+v, %v", r, ok)
+			}
+			out := e.do("GET", "/v1/export?kind=envoy&domain=edge", e.admin, nil).expect(t, http.StatusOK)
+			got = yaml("POST", "/v1/import?kind=envoy", string(out.body)).expect(t, http.StatusOK).object(t)
+			if got["unchanged"] != float64(3) {
+				t.Errorf("the export imports as %v:\n%s", got, out.body)
+			}
+			p := yaml("POST", "/v1/import?kind=envoy", "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").
+				expect(t, http.StatusUnprocessableEntity).object(t)
+			if errs := p["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["line"] != float64(4) {
+				t.Errorf("errors %v", p["errors"])
+			}
+			wantFields(t, e.do("GET", "/v1/export?kind=envoy", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
+			wantFields(t, e.do("GET", "/v1/export?kind=defaults&domain=edge", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
+		})
+	}
+}

@@ -215,6 +215,7 @@ func (e StatusStore) Valid() bool {
 // Defines values for ExportFileParamsKind.
 const (
 	ExportFileParamsKindDefaults  ExportFileParamsKind = "defaults"
+	ExportFileParamsKindEnvoy     ExportFileParamsKind = "envoy"
 	ExportFileParamsKindOverrides ExportFileParamsKind = "overrides"
 )
 
@@ -222,6 +223,8 @@ const (
 func (e ExportFileParamsKind) Valid() bool {
 	switch e {
 	case ExportFileParamsKindDefaults:
+		return true
+	case ExportFileParamsKindEnvoy:
 		return true
 	case ExportFileParamsKindOverrides:
 		return true
@@ -233,6 +236,7 @@ func (e ExportFileParamsKind) Valid() bool {
 // Defines values for ImportFileParamsKind.
 const (
 	ImportFileParamsKindDefaults  ImportFileParamsKind = "defaults"
+	ImportFileParamsKindEnvoy     ImportFileParamsKind = "envoy"
 	ImportFileParamsKindOverrides ImportFileParamsKind = "overrides"
 )
 
@@ -240,6 +244,8 @@ const (
 func (e ImportFileParamsKind) Valid() bool {
 	switch e {
 	case ImportFileParamsKindDefaults:
+		return true
+	case ImportFileParamsKindEnvoy:
 		return true
 	case ImportFileParamsKindOverrides:
 		return true
@@ -762,6 +768,9 @@ type DecisionRequestBody = DecisionRequest
 // ExportFileParams defines parameters for ExportFile.
 type ExportFileParams struct {
 	Kind ExportFileParamsKind `form:"kind" json:"kind"`
+
+	// Domain Required with `kind=envoy`, and only with it.
+	Domain *string `form:"domain,omitempty" json:"domain,omitempty"`
 }
 
 // ExportFileParamsKind defines parameters for ExportFile.
@@ -1062,9 +1071,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	Check(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExportFile Export limits or overrides in the formats import reads (admin).
+	// ExportFile Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
-	// Overrides are exported in the list format, with comments; disabled overrides are left out.
+	// Overrides are exported in the list format, with comments; disabled
+	// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+	// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+	// and the overrides of those limits as descriptors with their values; what
+	// the format cannot say (a burst other than the count) is a YAML comment.
 	//
 	// Corresponds with GET /v1/export (the `ExportFile` operationId).
 	ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1076,9 +1089,17 @@ type ClientInterface interface {
 	// `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 	// `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 	// Let's Encrypt's names get their enum and id format from a built-in
-	// catalogue; any other new name needs `id_format`. All or nothing: with
-	// any bad entry nothing is written, and the answer is 422 listing every
-	// bad entry with its line.
+	// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+	// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+	// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+	// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+	// becomes limits (id format `string`, burst and count `requests_per_unit`),
+	// rules and overrides: a descriptor with values that a less specific one
+	// also matches becomes an override of that one's limit for its bucket.
+	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+	// are bad entries, never silently dropped. All or nothing: with any bad
+	// entry nothing is written, and the answer is 422 listing every bad entry
+	// with its line. Imports add and update; they delete nothing.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1537,9 +1558,13 @@ func (c *Client) Check(ctx context.Context, body CheckJSONRequestBody, reqEditor
 	return c.Client.Do(req)
 }
 
-// ExportFile Export limits or overrides in the formats import reads (admin).
+// ExportFile Export limits, overrides or a domain's rules in the formats import reads (admin).
 //
-// Overrides are exported in the list format, with comments; disabled overrides are left out.
+// Overrides are exported in the list format, with comments; disabled
+// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+// and the overrides of those limits as descriptors with their values; what
+// the format cannot say (a burst other than the count) is a YAML comment.
 //
 // Corresponds with GET /v1/export (the `ExportFile` operationId).
 func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1561,9 +1586,17 @@ func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEd
 // `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 // `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 // Let's Encrypt's names get their enum and id format from a built-in
-// catalogue; any other new name needs `id_format`. All or nothing: with
-// any bad entry nothing is written, and the answer is 422 listing every
-// bad entry with its line.
+// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+// becomes limits (id format `string`, burst and count `requests_per_unit`),
+// rules and overrides: a descriptor with values that a less specific one
+// also matches becomes an override of that one's limit for its bucket.
+// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+// are bad entries, never silently dropped. All or nothing: with any bad
+// entry nothing is written, and the answer is 422 listing every bad entry
+// with its line. Imports add and update; they delete nothing.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2459,6 +2492,18 @@ func NewExportFileRequest(server string, params *ExportFileParams) (*http.Reques
 			for _, qp := range strings.Split(queryFrag, "&") {
 				rawQueryFragments = append(rawQueryFragments, qp)
 			}
+		}
+
+		if params.Domain != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "domain", *params.Domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {
@@ -3596,9 +3641,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	CheckWithResponse(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckResponse, error)
 
-	// ExportFileWithResponse Export limits or overrides in the formats import reads (admin).
+	// ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
-	// Overrides are exported in the list format, with comments; disabled overrides are left out.
+	// Overrides are exported in the list format, with comments; disabled
+	// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+	// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+	// and the overrides of those limits as descriptors with their values; what
+	// the format cannot say (a burst other than the count) is a YAML comment.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3612,9 +3661,17 @@ type ClientWithResponsesInterface interface {
 	// `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 	// `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 	// Let's Encrypt's names get their enum and id format from a built-in
-	// catalogue; any other new name needs `id_format`. All or nothing: with
-	// any bad entry nothing is written, and the answer is 422 listing every
-	// bad entry with its line.
+	// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+	// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+	// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+	// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+	// becomes limits (id format `string`, burst and count `requests_per_unit`),
+	// rules and overrides: a descriptor with values that a less specific one
+	// also matches becomes an override of that one's limit for its bucket.
+	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+	// are bad entries, never silently dropped. All or nothing: with any bad
+	// entry nothing is written, and the answer is 422 listing every bad entry
+	// with its line. Imports add and update; they delete nothing.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6722,9 +6779,13 @@ func (c *ClientWithResponses) CheckWithResponse(ctx context.Context, body CheckJ
 	return ParseCheckResponse(rsp)
 }
 
-// ExportFileWithResponse Export limits or overrides in the formats import reads (admin).
+// ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 //
-// Overrides are exported in the list format, with comments; disabled overrides are left out.
+// Overrides are exported in the list format, with comments; disabled
+// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+// and the overrides of those limits as descriptors with their values; what
+// the format cannot say (a burst other than the count) is a YAML comment.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6744,9 +6805,17 @@ func (c *ClientWithResponses) ExportFileWithResponse(ctx context.Context, params
 // `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 // `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 // Let's Encrypt's names get their enum and id format from a built-in
-// catalogue; any other new name needs `id_format`. All or nothing: with
-// any bad entry nothing is written, and the answer is 422 listing every
-// bad entry with its line.
+// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+// becomes limits (id format `string`, burst and count `requests_per_unit`),
+// rules and overrides: a descriptor with values that a less specific one
+// also matches becomes an override of that one's limit for its bucket.
+// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+// are bad entries, never silently dropped. All or nothing: with any bad
+// entry nothing is written, and the answer is 422 listing every bad entry
+// with its line. Imports add and update; they delete nothing.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

@@ -490,3 +490,190 @@ func generatedName(domain string, entries []limiter.DescriptorEntry) string {
 	sum := sha256.Sum256([]byte(full))
 	return name[:min(len(name), 55)] + "-" + fmt.Sprintf("%x", sum[:4])
 }
+
+// envoyNode is a descriptor of an exported file: its entry, what applies
+// to it, and the descriptors nested under it, in the order first seen.
+type envoyNode struct {
+	entry    limiter.DescriptorEntry
+	set      bool
+	rate     limiter.Params
+	limit    string
+	shadow   bool
+	blocked  bool
+	free     bool
+	notes    []string
+	children []*envoyNode
+}
+
+func (n *envoyNode) child(e limiter.DescriptorEntry) *envoyNode {
+	for _, c := range n.children {
+		if c.entry == e {
+			return c
+		}
+	}
+	c := &envoyNode{entry: e}
+	n.children = append(n.children, c)
+	return c
+}
+
+// ExportEnvoy writes the rules of domain as an envoyproxy/ratelimit
+// configuration file, each with its limit's rate and name, and the
+// overrides of those limits as descriptors with the values of their
+// buckets, so that ImportEnvoy of the export changes nothing. What the
+// format cannot say is written as a comment: a burst other than the
+// count (Envoy's format has none, and an import sets the burst to
+// requests_per_unit), a period that is not a whole number of seconds, a
+// bucket id that is no value of the rule.
+func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, error) {
+	rules, err := st.ListRules(ctx, domain)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := st.ListLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limits := make(map[string]limiter.Limit, len(stored))
+	for _, l := range stored {
+		limits[l.Name] = l
+	}
+	byLimit := map[string][]limiter.Rule{}
+	for _, r := range rules {
+		byLimit[r.Limit] = append(byLimit[r.Limit], r)
+	}
+	root := &envoyNode{}
+	at := func(entries []limiter.DescriptorEntry) *envoyNode {
+		n := root
+		for _, e := range entries {
+			n = n.child(e)
+		}
+		return n
+	}
+	for _, r := range rules {
+		l := limits[r.Limit]
+		n := at(r.Descriptor)
+		n.set, n.rate, n.limit, n.shadow = true, l.Params, l.Name, l.Shadow
+	}
+	_, err = st.Full(ctx, func(limiter.Limit) error { return nil }, func(o limiter.Override) error {
+		for _, r := range byLimit[o.Limit] {
+			entries, ok := overrideEntries(r, o.BucketID)
+			if !ok {
+				n := at(r.Descriptor)
+				n.notes = append(n.notes, "the override of bucket "+strconv.Quote(o.BucketID)+" is no value of this descriptor and is left out")
+				continue
+			}
+			n := at(entries)
+			n.set, n.rate, n.free, n.blocked = true, o.Params, o.Unlimited, !o.Unlimited && o.Burst == 0
+			n.shadow = limits[o.Limit].Shadow
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var w writer
+	w.line(0, "domain: "+scalar(domain))
+	if len(root.children) == 0 {
+		w.line(0, "descriptors: []")
+		return w.Bytes(), nil
+	}
+	w.line(0, "descriptors:")
+	writeEnvoyNodes(&w, 2, root.children)
+	return w.Bytes(), nil
+}
+
+// overrideEntries returns the descriptor of a rule's bucket: the rule's
+// entries with the bucket's values in place of those not fixed.
+func overrideEntries(r limiter.Rule, bucket string) ([]limiter.DescriptorEntry, bool) {
+	var values []string
+	switch n := r.FreeEntries(); {
+	case n == 0:
+		return nil, false // the bucket is the rule itself
+	case n == 1:
+		values = []string{bucket}
+	default:
+		for _, v := range strings.Split(bucket, "/") {
+			v = strings.ReplaceAll(strings.ReplaceAll(v, "%2F", "/"), "%25", "%")
+			values = append(values, v)
+		}
+		if len(values) != n {
+			return nil, false
+		}
+	}
+	out := slices.Clone(r.Descriptor)
+	i := 0
+	for k, e := range out {
+		if e.Fixed() {
+			continue
+		}
+		v := values[i]
+		i++
+		if v == "" || strings.HasSuffix(v, "*") || !strings.HasPrefix(v, strings.TrimSuffix(e.Value, "*")) {
+			return nil, false
+		}
+		out[k].Value = v
+	}
+	return out, true
+}
+
+func writeEnvoyNodes(w *writer, indent int, nodes []*envoyNode) {
+	for _, n := range nodes {
+		for _, note := range n.notes {
+			w.line(indent, "# "+note)
+		}
+		w.line(indent, "- key: "+scalar(n.entry.Key))
+		in := indent + 2
+		if n.entry.Value != "" {
+			w.line(in, "value: "+scalar(n.entry.Value))
+		}
+		if n.set {
+			writeRateLimit(w, in, n)
+		}
+		if n.shadow {
+			w.line(in, "shadow_mode: true")
+		}
+		if len(n.children) > 0 {
+			w.line(in, "descriptors:")
+			writeEnvoyNodes(w, in+2, n.children)
+		}
+	}
+}
+
+func writeRateLimit(w *writer, indent int, n *envoyNode) {
+	if n.free {
+		w.line(indent, "rate_limit:")
+		w.line(indent+2, "unlimited: true")
+		return
+	}
+	unit, mult := envoyUnit(n.rate.Period)
+	if unit == "" {
+		w.line(indent, "# a period of "+n.rate.Period.String()+" is no whole number of seconds: this rate limit is left out")
+		return
+	}
+	rpu := n.rate.Count
+	if n.blocked {
+		rpu = 0
+	} else if n.rate.Burst != n.rate.Count {
+		w.line(indent, "# burst "+strconv.FormatInt(n.rate.Burst, 10)+": Envoy's format has none, and an import sets it to requests_per_unit")
+	}
+	w.line(indent, "rate_limit:")
+	if n.limit != "" {
+		w.line(indent+2, "name: "+scalar(n.limit))
+	}
+	w.line(indent+2, "unit: "+unit)
+	if mult > 1 {
+		w.line(indent+2, "unit_multiplier: "+strconv.FormatInt(mult, 10))
+	}
+	w.line(indent+2, "requests_per_unit: "+strconv.FormatInt(rpu, 10))
+}
+
+// envoyUnit returns the largest unit that divides d, and how many of it d
+// is; "" when d is no whole number of seconds.
+func envoyUnit(d time.Duration) (string, int64) {
+	for _, u := range envoyUnits {
+		if d%u.d == 0 {
+			return u.name, int64(d / u.d)
+		}
+	}
+	return "", 0
+}

@@ -170,6 +170,27 @@ func TestImportEnvoy(t *testing.T) {
 			if limit, _ := decide(t, s, "paths", "path", "/v2/users"); limit == "" {
 				t.Error("the wildcard did not match")
 			}
+
+			// An export imports again without a change.
+			for _, domain := range []string{"reports", "notify", "gateway_ip", "levels", "backends", "trial", "paths"} {
+				out, err := limitfile.ExportEnvoy(ctx, d, domain)
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+				if err != nil || errs != nil || counts.Created+counts.Updated != 0 {
+					t.Errorf("%s: the export imports as %+v, %v, %v:\n%s", domain, counts, errs, err, out)
+				}
+			}
+			out, err := limitfile.ExportEnvoy(ctx, d, "gateway_ip")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{`value: "198.51.100.7"`, "requests_per_unit: 0", "name: gateway_ip.client_ip"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("no %q in the export:\n%s", want, out)
+				}
+			}
 		})
 	}
 }

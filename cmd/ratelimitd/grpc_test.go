@@ -185,3 +185,36 @@ func TestGRPCConfiguration(t *testing.T) {
 		t.Errorf("a gRPC listener with an empty address:\n%s", s.stdout.String())
 	}
 }
+
+// TestImportEnvoyCommand imports an Envoy configuration from the command
+// line, refuses a bad one with its line, and exports the domain again.
+func TestImportEnvoyCommand(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"RATELIMIT_DATABASE_URL": "sqlite:" + filepath.Join(dir, "rl.db")}
+	file := filepath.Join(dir, "config.yaml")
+	write := func(doc string) {
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCmd := func(args ...string) (string, string, error) {
+		var out, errOut strings.Builder
+		err := run(context.Background(), args, getenv(env), &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 60\n")
+	if out, log, err := runCmd("import", "-kind", "envoy", file); err != nil || !strings.Contains(out, "imported: 2 created") {
+		t.Fatalf("import: %q, %v\n%s", out, err, log)
+	}
+	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      replaces: [{name: x}]\n      unit: minute\n      requests_per_unit: 60\n")
+	if _, stderr, err := runCmd("import", "-kind", "envoy", file); err == nil || !strings.Contains(stderr, "line 5: api user: rate_limit.replaces: is not supported") {
+		t.Fatalf("a bad file: %v\n%s", err, stderr)
+	}
+	out, _, err := runCmd("export", "-kind", "envoy", "-domain", "api")
+	if err != nil || !strings.Contains(out, "name: api.user") || !strings.Contains(out, "requests_per_unit: 60") {
+		t.Fatalf("export: %q, %v", out, err)
+	}
+	if _, _, err := runCmd("export", "-kind", "envoy"); err == nil {
+		t.Fatal("an Envoy export without a domain")
+	}
+}
