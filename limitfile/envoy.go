@@ -2,8 +2,8 @@ package limitfile
 
 import (
 	"context"
-	"fmt"
 	"crypto/sha256"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"

@@ -253,4 +253,3 @@ func deep(n int) string {
 	}
 	return b.String()
 }
-
