@@ -59,13 +59,14 @@ type pattern struct {
 	entries []limiter.DescriptorEntry
 	line    int
 	label   string
-	// free is true for a descriptor with neither a limit nor nested
-	// descriptors, which envoyproxy/ratelimit lets through, as unlimited.
+	// unlimited is also true for a descriptor with neither a limit nor
+	// nested descriptors, which envoyproxy/ratelimit lets through.
 	unlimited bool
 	params    limiter.Params
 	shadow    bool
 	name      string
-	// rule is set once the pattern has become a rule, with its limit.
+	// rule is set once the pattern has become a rule, and limit is its
+	// limit.
 	rule  *limiter.Rule
 	limit *limiter.Limit
 }
