@@ -68,6 +68,7 @@ func (s *Server) routes() {
 
 	v1(http.MethodPost, "/rules", s.createRule, admin, db, json, small, synced)
 	v1(http.MethodGet, "/rules", s.listRules, anyScope, db)
+	v1(http.MethodPost, "/rules/match", s.matchRule, anyScope, json, small)
 	v1(http.MethodGet, "/rules/:id", s.getRule, anyScope, db)
 	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch, small, synced)
 	v1(http.MethodDelete, "/rules/:id", s.deleteRule, admin, db, synced)

@@ -35,7 +35,18 @@ func (r *ruleCreateRequest) rule(fs *fieldSet) limiter.Rule {
 		out.Limit = *r.Limit
 		checkLimitName(out.Limit, "limit", fs)
 	}
-	for i, e := range r.Descriptor {
+	out.Descriptor = descriptorOf(r.Descriptor, fs)
+	if r.Descriptor != nil || r.Domain != nil {
+		fs.merge(out.Validate())
+	}
+	return out
+}
+
+// descriptorOf converts the entries of a body; an empty value given is an
+// error, as leaving it out is how an entry matches any value.
+func descriptorOf(body []descriptorEntryBody, fs *fieldSet) []limiter.DescriptorEntry {
+	var out []limiter.DescriptorEntry
+	for i, e := range body {
 		var entry limiter.DescriptorEntry
 		if e.Key != nil {
 			entry.Key = *e.Key
@@ -46,10 +57,7 @@ func (r *ruleCreateRequest) rule(fs *fieldSet) limiter.Rule {
 				fs.add("descriptor["+strconv.Itoa(i)+"].value", "must not be empty; leave it out to match any value")
 			}
 		}
-		out.Descriptor = append(out.Descriptor, entry)
-	}
-	if r.Descriptor != nil || r.Domain != nil {
-		fs.merge(out.Validate())
+		out = append(out, entry)
 	}
 	return out
 }
@@ -155,4 +163,55 @@ func (s *Server) deleteRule(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// ruleMatchRequest is the body of POST /v1/rules/match: a request
+// descriptor as Envoy would send it.
+type ruleMatchRequest struct {
+	Domain     *string               `json:"domain" validate:"required"`
+	Descriptor []descriptorEntryBody `json:"descriptor" validate:"required"`
+}
+
+// ruleMatchResponse says which rule a descriptor matches and the bucket it
+// spends, canonical.
+type ruleMatchResponse struct {
+	Rule     ruleResponse `json:"rule"`
+	Limit    string       `json:"limit"`
+	BucketID string       `json:"bucket_id"`
+}
+
+// matchRule answers what Envoy's ShouldRateLimit would do with one
+// descriptor, from the snapshot decisions use, so that people can look up
+// the bucket of a proxy's request: 404 when no rule matches.
+func (s *Server) matchRule(c echo.Context) error {
+	var req ruleMatchRequest
+	var fs fieldSet
+	if err := s.bind(c, &req, &fs); err != nil {
+		return err
+	}
+	var domain string
+	if req.Domain != nil {
+		domain = *req.Domain
+	}
+	entries := descriptorOf(req.Descriptor, &fs)
+	if req.Domain != nil || req.Descriptor != nil {
+		fs.merge(limiter.ValidateDescriptor(domain, entries))
+	}
+	if err := fs.err(); err != nil {
+		return err
+	}
+	snap := s.cfg.Limiter.Snapshot()
+	if snap == nil {
+		return limiter.ErrNoSnapshot
+	}
+	rule, ok := snap.Match(domain, entries)
+	if !ok {
+		return errorf(limiter.ErrNotFound, "no rule of domain %q matches the descriptor", domain)
+	}
+	res, err := snap.Resolve(rule.Limit, rule.BucketID(entries), s.now())
+	if err != nil {
+		fs.add("descriptor", "its values are no bucket id of limit "+strconv.Quote(rule.Limit)+": "+err.Error())
+		return fs.err()
+	}
+	return writeJSON(c, http.StatusOK, ruleMatchResponse{Rule: toRuleResponse(rule), Limit: rule.Limit, BucketID: res.BucketID})
 }

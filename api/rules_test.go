@@ -55,6 +55,18 @@ func TestRules(t *testing.T) {
 			if len(list.Rules) != 3 {
 				t.Errorf("all rules %+v", list.Rules)
 			}
+			// A request descriptor looked up: the rule, limit and canonical bucket.
+			m := e.do("POST", "/v1/rules/match", e.token("staff-match", auth.Support), obj{
+				"domain": "edge", "descriptor": []obj{{"key": "remote_address", "value": "::ffff:10.0.0.7"}},
+			}).expect(t, http.StatusOK).object(t)
+			if m["limit"] != "PerIP" || m["bucket_id"] != "10.0.0.7" || m["rule"].(map[string]any)["id"] != id {
+				t.Errorf("match %v", m)
+			}
+			e.do("POST", "/v1/rules/match", e.admin, obj{"domain": "edge", "descriptor": []obj{{"key": "nothing", "value": "x"}}}).
+				expect(t, http.StatusNotFound)
+			p := e.do("POST", "/v1/rules/match", e.admin, obj{"domain": "edge", "descriptor": []obj{{"key": "remote_address", "value": "nope"}}}).
+				expect(t, http.StatusUnprocessableEntity).problem(t)
+			wantFields(t, p, "descriptor")
 			e.do("GET", "/v1/rules/"+id, e.admin, nil).expect(t, http.StatusOK)
 			e.do("GET", "/v1/rules/nope", e.admin, nil).expect(t, http.StatusNotFound)
 

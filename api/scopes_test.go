@@ -32,6 +32,7 @@ var protected = []struct {
 	{"GET", "/v1/overrides/:id/history", []auth.Scope{auth.Support}},
 	{"POST", "/v1/rules", nil},
 	{"GET", "/v1/rules", []auth.Scope{auth.Support, auth.Decide}},
+	{"POST", "/v1/rules/match", []auth.Scope{auth.Support, auth.Decide}},
 	{"GET", "/v1/rules/:id", []auth.Scope{auth.Support, auth.Decide}},
 	{"PATCH", "/v1/rules/:id", nil},
 	{"DELETE", "/v1/rules/:id", nil},

@@ -646,6 +646,23 @@ type RuleList struct {
 	Rules []Rule `json:"rules"`
 }
 
+// RuleMatch defines model for RuleMatch.
+type RuleMatch struct {
+	// BucketID Canonical.
+	BucketID string    `json:"bucket_id"`
+	Limit    LimitName `json:"limit"`
+	Rule     Rule      `json:"rule"`
+}
+
+// RuleMatchRequest defines model for RuleMatchRequest.
+type RuleMatchRequest struct {
+	// Descriptor The entries of a request descriptor; every entry has a value.
+	Descriptor []DescriptorEntry `json:"descriptor"`
+
+	// Domain 1 to 256 bytes of UTF-8 without control characters.
+	Domain DescriptorText `json:"domain"`
+}
+
 // RulePatch defines model for RulePatch.
 type RulePatch struct {
 	Limit LimitName `json:"limit"`
@@ -847,6 +864,9 @@ type RefundJSONRequestBody = DecisionRequest
 
 // CreateRuleJSONRequestBody defines body for CreateRule for application/json ContentType.
 type CreateRuleJSONRequestBody = RuleCreate
+
+// MatchRuleJSONRequestBody defines body for MatchRule for application/json ContentType.
+type MatchRuleJSONRequestBody = RuleMatchRequest
 
 // PatchRuleJSONRequestBody defines body for PatchRule for application/json ContentType.
 type PatchRuleJSONRequestBody = RulePatch
@@ -1282,6 +1302,32 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
 	CreateRule(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchRuleWithBody Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchRule Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRule(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteRule Delete a rule (admin).
 	//
@@ -1970,6 +2016,52 @@ func (c *Client) CreateRuleWithBody(ctx context.Context, contentType string, bod
 // Corresponds with POST /v1/rules (the `CreateRule` operationId).
 func (c *Client) CreateRule(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateRuleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchRuleWithBody Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *Client) MatchRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchRuleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchRule Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *Client) MatchRule(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchRuleRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3189,6 +3281,46 @@ func NewCreateRuleRequestWithBody(server string, contentType string, body io.Rea
 	return req, nil
 }
 
+// NewMatchRuleRequest calls the generic MatchRule builder with application/json body
+func NewMatchRuleRequest(server string, body MatchRuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMatchRuleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewMatchRuleRequestWithBody constructs an http.Request for the MatchRule method, with any body, and a specified content type
+func NewMatchRuleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/match")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewDeleteRuleRequest constructs an http.Request for the DeleteRule method
 func NewDeleteRuleRequest(server string, id RuleID) (*http.Request, error) {
 	var err error
@@ -3870,6 +4002,32 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
 	CreateRuleWithResponse(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRuleResponse, error)
+
+	// MatchRuleWithBodyWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error)
+
+	// MatchRuleWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithResponse(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error)
 
 	// DeleteRuleWithResponse Delete a rule (admin).
 	//
@@ -5876,6 +6034,117 @@ func (r CreateRuleResponse) ContentType() string {
 	return ""
 }
 
+// MatchRuleResponse401Headers the declared response headers of an HTTP 401 response for MatchRule
+type MatchRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// MatchRuleResponse503Headers the declared response headers of an HTTP 503 response for MatchRule
+type MatchRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type MatchRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuleMatch
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MatchRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MatchRuleResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MatchRuleResponse) GetJSON200() *RuleMatch {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MatchRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MatchRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MatchRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MatchRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DeleteRuleResponse401Headers the declared response headers of an HTTP 401 response for DeleteRule
 type DeleteRuleResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7133,6 +7402,44 @@ func (c *ClientWithResponses) CreateRuleWithResponse(ctx context.Context, body C
 		return nil, err
 	}
 	return ParseCreateRuleResponse(rsp)
+}
+
+// MatchRuleWithBodyWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *ClientWithResponses) MatchRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error) {
+	rsp, err := c.MatchRuleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchRuleResponse(rsp)
+}
+
+// MatchRuleWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *ClientWithResponses) MatchRuleWithResponse(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error) {
+	rsp, err := c.MatchRule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchRuleResponse(rsp)
 }
 
 // DeleteRuleWithResponse Delete a rule (admin).
@@ -9072,6 +9379,111 @@ func ParseCreateRuleResponse(rsp *http.Response) (*CreateRuleResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMatchRuleResponse parses an HTTP response from a MatchRuleWithResponse call
+func ParseMatchRuleResponse(rsp *http.Response) (*MatchRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MatchRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuleMatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers MatchRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers MatchRuleResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -79,14 +79,24 @@ func (r Rule) FreeEntries() int {
 // the limit exists and suits the rule is the caller's to check, with
 // CheckLimit, since it depends on the limits stored.
 func (r Rule) Validate() []FieldError {
+	ve := ValidationError{Fields: ValidateDescriptor(r.Domain, r.Descriptor)}
+	if msg := NameProblem(r.Limit); msg != "" {
+		ve.Add("limit", msg)
+	}
+	return ve.Fields
+}
+
+// ValidateDescriptor returns the field errors of a domain and descriptor,
+// of a rule or of a request, named as in the REST API.
+func ValidateDescriptor(domain string, entries []DescriptorEntry) []FieldError {
 	var ve ValidationError
-	if msg := DescriptorTextProblem(r.Domain); msg != "" {
+	if msg := DescriptorTextProblem(domain); msg != "" {
 		ve.Add("domain", msg)
 	}
-	if len(r.Descriptor) == 0 || len(r.Descriptor) > MaxDescriptorEntries {
+	if len(entries) == 0 || len(entries) > MaxDescriptorEntries {
 		ve.Add("descriptor", "must hold 1 to "+strconv.Itoa(MaxDescriptorEntries)+" entries")
 	}
-	for i, e := range r.Descriptor {
+	for i, e := range entries {
 		field := "descriptor[" + strconv.Itoa(i) + "]"
 		if msg := DescriptorTextProblem(e.Key); msg != "" {
 			ve.Add(field+".key", msg)
@@ -96,9 +106,6 @@ func (r Rule) Validate() []FieldError {
 				ve.Add(field+".value", msg)
 			}
 		}
-	}
-	if msg := NameProblem(r.Limit); msg != "" {
-		ve.Add("limit", msg)
 	}
 	return ve.Fields
 }
