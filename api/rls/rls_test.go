@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -425,5 +426,43 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s after 10 s", what)
 		}
+	}
+}
+
+// stallStore answers nothing until its caller gives up, and records the
+// deadline it was given.
+type stallStore struct {
+	downStore
+	deadlines chan time.Time
+}
+
+func (s stallStore) Spend(ctx context.Context, _ time.Time, _ []limiter.Bucket) error {
+	d, _ := ctx.Deadline()
+	s.deadlines <- d
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (stallStore) Ping(context.Context) error { return nil }
+
+// TestDeadlineBoundsTheStore: the store call ends with the caller's
+// deadline, as Envoy's filter timeout sets it, and fails closed.
+func TestDeadlineBoundsTheStore(t *testing.T) {
+	st := stallStore{deadlines: make(chan time.Time, 1)}
+	e := newEnv(t, engines[0], envOptions{store: st})
+	e.limit(perMinute("L", limiter.String, 1, 1))
+	e.rule("d", "L", "k", "")
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+e.admin), 200*time.Millisecond)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	_, err := e.client.ShouldRateLimit(ctx, request("d", desc("k", "v")))
+	if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Unavailable {
+		t.Errorf("a stalled store: %v", err)
+	}
+	// gRPC sends the time left, so the server's deadline is the caller's
+	// plus the transit: far from any default of its own.
+	got := <-st.deadlines
+	if got.IsZero() || got.After(want.Add(100*time.Millisecond)) {
+		t.Errorf("the store's deadline %v, the caller's %v", got, want)
 	}
 }
