@@ -89,7 +89,8 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	switch {
 	case store != nil:
 	case eng.redis:
-		store = redisstore.New(testenv.Redis(t), redisstore.Options{Prefix: testenv.RandomName("rls-") + ":"})
+		// A generous timeout: a loaded test machine is no outage.
+		store = redisstore.New(testenv.Redis(t), redisstore.Options{Prefix: testenv.RandomName("rls-") + ":", Timeout: 5 * time.Second})
 	default:
 		ms := memstore.New(memstore.Options{})
 		t.Cleanup(ms.Close)
