@@ -32,8 +32,8 @@ type Decider interface {
 	Snapshot() *limiter.Snapshot
 }
 
-// Service implements RateLimitServiceServer.
-type Service struct {
+// service implements RateLimitServiceServer.
+type service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	lim       Decider
 	count     func(op limiter.Op, res limiter.Result)
@@ -43,8 +43,8 @@ type Service struct {
 }
 
 // newService returns the service of a Server's config.
-func newService(cfg Config) *Service {
-	s := &Service{lim: cfg.Limiter, count: cfg.Count, log: cfg.Logger}
+func newService(cfg Config) *service {
+	s := &service{lim: cfg.Limiter, count: cfg.Count, log: cfg.Logger}
 	if s.count == nil {
 		s.count = func(limiter.Op, limiter.Result) {}
 	}
@@ -53,7 +53,14 @@ func newService(cfg Config) *Service {
 		Help: "Descriptors of ShouldRateLimit requests that matched no rule, and so were answered OK without a bucket.",
 	})
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(s.unmatched)
+		// A second listener on the same registry counts into the first's
+		// series.
+		err := cfg.Registry.Register(s.unmatched)
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if c, ok := are.ExistingCollector.(prometheus.Counter); ok {
+				s.unmatched = c
+			}
+		}
 	}
 	s.scratch.New = func() any { return &batch{} }
 	return s
@@ -74,7 +81,7 @@ type batch struct {
 
 // ShouldRateLimit decides a request as one all-or-nothing spend of its
 // matched descriptors.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	snap := s.lim.Snapshot()
 	if snap == nil {
 		return nil, status.Error(codes.Unavailable, "no snapshot of the limits is loaded yet")
