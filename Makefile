@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test check bench microbench soak fuzz generate
+.PHONY: build run test check lint bench microbench soak fuzz generate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ratelimitd ./cmd/ratelimitd
@@ -12,9 +12,19 @@ run: build
 	./bin/ratelimitd serve
 
 # The whole suite. Tests that need Postgres, Redis or Chromium skip when
-# those are missing, except under CI=true, where a missing service fails.
-test:
+# those are missing, and so does the lint without Redocly CLI, except under
+# CI=true, where anything missing fails.
+test: lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Lints openapi.yaml with Redocly CLI's recommended rules (redocly.yaml;
+# the exceptions and their reasons are in .redocly.lint-ignore.yaml).
+# `npm ci` installs the version pinned in package-lock.json.
+REDOCLY = node_modules/.bin/redocly
+lint:
+	@if [ -x $(REDOCLY) ]; then $(REDOCLY) lint --format=stylish openapi.yaml; \
+	elif [ "$$CI" = true ]; then echo "lint: Redocly CLI is not installed; run npm ci (needs Node.js 20)" >&2; exit 1; \
+	else echo "lint: skipped, Redocly CLI is not installed (npm ci installs it)"; fi
 
 check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -23,8 +33,9 @@ check:
 	$(STATICCHECK) ./...
 	$(MAKE) test
 
-# Loads the running service over loopback and prints requests/s and
-# latencies (scripts/bench.sh says how; needs curl, jq and bc).
+# Closed-loop throughput of the service over loopback with wrk, as ratios
+# to a bare net/http server run alongside (scripts/bench.sh says how; needs
+# wrk, curl and jq; BENCH_DURATION, BENCH_ROUNDS and others shorten it).
 bench:
 	scripts/bench.sh
 
@@ -33,8 +44,9 @@ bench:
 microbench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -timeout 60m ./...
 
-# Ten minutes at half the maximum throughput; memory and goroutines must
-# stay flat (scripts/soak.sh). Not part of the test suite.
+# Ten minutes at a constant half of the maximum throughput with vegeta;
+# memory and goroutines must stay flat (scripts/soak.sh; needs curl, jq and
+# bc, and wrk unless SOAK_RATE is set). Not part of the test suite.
 soak:
 	scripts/soak.sh
 
@@ -42,7 +54,7 @@ soak:
 # testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
-	./api:FuzzDecisionHandlers ./api:FuzzDecisionDecoder ./api:FuzzDecisionJSON ./cmd/loadgen:FuzzResponseReader
+	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \

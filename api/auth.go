@@ -13,16 +13,6 @@ const principalKey = "principal"
 // require authenticates the bearer token, checks that its scope is one of
 // scopes (admin passes everywhere), and keeps the principal for principal.
 func (s *Server) require(scopes ...auth.Scope) echo.MiddlewareFunc {
-	return s.authenticate(true, scopes)
-}
-
-// authorize is require for the decision routes, whose handlers never ask
-// who called: keeping the principal would cost every decision a map.
-func (s *Server) authorize(scopes ...auth.Scope) echo.MiddlewareFunc {
-	return s.authenticate(false, scopes)
-}
-
-func (s *Server) authenticate(keep bool, scopes []auth.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			h := c.Request().Header.Get(echo.HeaderAuthorization)
@@ -39,9 +29,7 @@ func (s *Server) authenticate(keep bool, scopes []auth.Scope) echo.MiddlewareFun
 			if !p.Scope.Allows(scopes...) {
 				return errorf(errForbidden, "a token of scope %q may not do this; it needs %s", p.Scope, scopeList(scopes))
 			}
-			if keep {
-				c.Set(principalKey, p)
-			}
+			c.Set(principalKey, p)
 			return next(c)
 		}
 	}

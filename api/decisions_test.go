@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -119,7 +120,9 @@ func TestDecisions(t *testing.T) {
 			d.ResetAfterMS != 2990 || d.Remaining != 0 {
 			t.Errorf("result %+v", r)
 		}
-		wantHeaders(t, res, `"PerAccount";q=3;w=3`, `"PerAccount";r=0;t=3`, "1")
+		// t is when a retry can succeed (draft-ietf-httpapi-ratelimit-headers-11
+		// example B.1.4), as Retry-After says, not when the bucket is full.
+		wantHeaders(t, res, `"PerAccount";q=3;w=3`, `"PerAccount";r=0;t=1`, "1")
 		// Rounded up: 0.5 ms later, retry_after is still a whole 990 ms.
 		e.clock.Advance(500 * time.Microsecond)
 		r, _ = e.decided("check", decide, bucket("PerAccount", "43", 1))
@@ -296,11 +299,11 @@ type failingStore struct{}
 
 var errStoreDown = errors.New("connection refused")
 
-func (failingStore) Spend(context.Context, time.Time, []limiter.Bucket) error  { return errStoreDown }
-func (failingStore) Refund(context.Context, time.Time, []limiter.Bucket) error { return errStoreDown }
-func (failingStore) Read(context.Context, []limiter.Bucket) error              { return errStoreDown }
-func (failingStore) Reset(context.Context, []string) error                     { return errStoreDown }
-func (failingStore) Ping(context.Context) error                                { return errStoreDown }
+func (failingStore) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
+	return false, errStoreDown
+}
+func (failingStore) Reset(context.Context, []string) error { return errStoreDown }
+func (failingStore) Ping(context.Context) error            { return errStoreDown }
 
 func TestDegraded(t *testing.T) {
 	e := newEnv(t, failOpen(), withStore(failingStore{}))
@@ -393,6 +396,68 @@ func TestWritesAreReadByTheNextDecision(t *testing.T) {
 			e.do("DELETE", "/v1/overrides/"+o["id"].(string), e.admin, nil).expect(t, http.StatusNoContent)
 			e.do("DELETE", "/v1/limits/PerAccount", e.admin, nil).expect(t, http.StatusNoContent)
 			e.decide("spend", decide, bucket("PerAccount", "9", 1)).expect(t, http.StatusUnprocessableEntity)
+		})
+	}
+}
+
+// TestHostileDecisionBodies sends the bodies a careless or hostile client
+// sends to every route on buckets, on both engines: each is a clear 4xx
+// naming the field, and nothing is spent.
+func TestHostileDecisionBodies(t *testing.T) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			e := newEnv(t, eng.opts...)
+			e.limit("PerAccount", "reg_id", 5, 5, "5s")
+			e.limit("Named", "string", 5, 5, "5s")
+			e.waitLimit("Named")
+			cases := []struct {
+				name, body string
+				status     int
+				// errors are the problem's field errors, exactly.
+				errors map[string]string
+			}{
+				{"duplicate key", `{"buckets":[{"limit":"Named","bucket_id":"d","cost":5,"cost":0}]}`, 400,
+					map[string]string{"buckets[0].cost": "duplicate key"}},
+				{"duplicate buckets", `{"buckets":[{"limit":"Named","bucket_id":"d"}],"buckets":[]}`, 400,
+					map[string]string{"buckets": "duplicate key"}},
+				{"duplicate escaped key", `{"buckets":[{"limit":"Named","bucket_id":"d","bucket_\u0069d":"e"}]}`, 400,
+					map[string]string{"buckets[0].bucket_id": "duplicate key"}},
+				{"invalid UTF-8", "{\"buckets\":[{\"limit\":\"Named\",\"bucket_id\":\"user\xff\"}]}", 400,
+					map[string]string{"body": "is not valid UTF-8"}},
+				{"unpaired surrogate", `{"buckets":[{"limit":"Named","bucket_id":"user\ud800"}]}`, 400,
+					map[string]string{"body": "holds an unpaired surrogate escape"}},
+				{"unpaired low surrogate", `{"buckets":[{"limit":"Named","bucket_id":"user\udc00\ud83d\ude00"}]}`, 400,
+					map[string]string{"body": "holds an unpaired surrogate escape"}},
+				{"NUL in a bucket id", `{"buckets":[{"limit":"Named","bucket_id":"a\u0000b"}]}`, 422, nil},
+				{"NUL in a limit", `{"buckets":[{"limit":"Named\u0000","bucket_id":"d"}]}`, 422, nil},
+				{"raw control character", "{\"buckets\":[{\"limit\":\"Named\",\"bucket_id\":\"a\x01b\"}]}", 400, nil},
+				{"huge cost", `{"buckets":[{"limit":"Named","bucket_id":"d","cost":99999999999999999999}]}`, 422,
+					map[string]string{"buckets[0].cost": "must be an integer from 0 to 9223372036854775807"}},
+				{"huge negative cost", `{"buckets":[{"limit":"Named","bucket_id":"d","cost":-99999999999999999999}]}`, 422,
+					map[string]string{"buckets[0].cost": "must be an integer from 0 to 9223372036854775807"}},
+				{"negative cost", `{"buckets":[{"limit":"Named","bucket_id":"d","cost":-1}]}`, 422,
+					map[string]string{"buckets[0].cost": "must be an integer from 0 to 9223372036854775807"}},
+			}
+			wantField := map[string]string{"NUL in a bucket id": "buckets[0].bucket_id", "NUL in a limit": "buckets[0].limit"}
+			for _, op := range []string{"check", "spend", "refund"} {
+				for _, c := range cases {
+					t.Run(op+"/"+c.name, func(t *testing.T) {
+						p := e.do("POST", "/v1/"+op, e.admin, c.body).expect(t, c.status).problem(t)
+						if f, ok := wantField[c.name]; ok {
+							wantFields(t, p, f)
+						}
+						if c.errors != nil && !maps.Equal(fieldErrors(p), c.errors) {
+							t.Errorf("errors %+v, want %v", p.Errors, c.errors)
+						}
+					})
+				}
+			}
+			r, _ := e.decided("check", e.admin, bucket("Named", "d", 0), bucket("Named", "user\ufffd", 0))
+			for _, d := range r.Decisions {
+				if d.Remaining != 5 {
+					t.Errorf("a refused request spent: %+v", d)
+				}
+			}
 		})
 	}
 }

@@ -7,11 +7,14 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
 
@@ -146,6 +149,9 @@ func (s *Server) decode(body []byte, dst any, fs *fieldSet) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errorf(errBadRequest, "the body is empty; a JSON object is expected")
 	}
+	if err := strictJSON(body); err != nil {
+		return err
+	}
 	var tree any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -161,9 +167,7 @@ func (s *Server) decode(body []byte, dst any, fs *fieldSet) error {
 		return &shapeError{fields: fields}
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
-		// The tree keeps the last of duplicate keys, encoding/json
-		// complains about any of them.
-		return errorf(errBadRequest, "the body does not fit its schema; is a field given twice?")
+		return errorf(errBadRequest, "the body does not fit its schema")
 	}
 	if err := s.validate.Struct(dst); err != nil {
 		var ve validator.ValidationErrors
@@ -173,6 +177,48 @@ func (s *Server) decode(body []byte, dst any, fs *fieldSet) error {
 		fs.merge(validationFields(ve))
 	}
 	return nil
+}
+
+// strictJSON refuses, with a 400 naming the field, what encoding/json lets
+// through: a duplicate key, of which it keeps the last while a gateway in
+// front may act on the first, and invalid UTF-8, which it folds into
+// U+FFFD so that different inputs become one. Other syntax errors are left
+// to encoding/json, whose messages callers already know.
+func strictJSON(body []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	_, err := dec.ReadValue()
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		if !utf8.Valid(body) {
+			return errorf(errBadRequest, "body is not valid UTF-8")
+		}
+		return nil
+	}
+	field := pointerPath(se.JSONPointer)
+	switch {
+	case errors.Is(se.Err, jsontext.ErrDuplicateName):
+		return &shapeError{fields: []limiter.FieldError{{Field: field, Message: "duplicate key"}}}
+	case utf8.Valid(body):
+		return nil
+	case field == "":
+		return errorf(errBadRequest, "body is not valid UTF-8")
+	}
+	return &shapeError{fields: []limiter.FieldError{{Field: field, Message: "is not valid UTF-8"}}}
+}
+
+// pointerPath writes a JSON Pointer as the field paths of the problems,
+// "/buckets/0/cost" as "buckets[0].cost". A token of digits only is taken
+// for an array index: no request field is named by digits.
+func pointerPath(p jsontext.Pointer) string {
+	var path string
+	for tok := range p.Tokens() {
+		if _, err := strconv.ParseUint(tok, 10, 31); err == nil {
+			path += "[" + tok + "]"
+			continue
+		}
+		path = join(path, tok)
+	}
+	return path
 }
 
 // checkShape compares a decoded JSON tree with the Go type it must fill and
@@ -353,9 +399,45 @@ func readQuery(c echo.Context, fs *fieldSet, known ...string) query {
 			fs.add(name, "unknown parameter; known are "+strings.Join(known, ", "))
 		case len(q.values[name]) > 1:
 			fs.add(name, "must be given at most once")
+		default:
+			if msg := limiter.CharProblem(q.values[name][0]); msg != "" {
+				fs.add(name, msg)
+			}
 		}
 	}
 	return q
+}
+
+// pathParams decodes the route's path parameters exactly once and refuses,
+// with a 422 naming the parameter, what no database could look up. The
+// router matches on the request's escaped path whenever it differs from
+// the default encoding ("/v1/limits/%41bc"), and then hands the
+// parameters over still escaped; otherwise they arrive decoded.
+func pathParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		escaped := c.Request().URL.RawPath != ""
+		var fs fieldSet
+		values := c.ParamValues()
+		for i, name := range c.ParamNames() {
+			v := values[i]
+			if escaped {
+				var err error
+				if v, err = url.PathUnescape(v); err != nil {
+					fs.add(name, "is not percent-encoded correctly")
+					continue
+				}
+			}
+			if msg := limiter.CharProblem(v); msg != "" {
+				fs.add(name, msg)
+			}
+			values[i] = v
+		}
+		if err := fs.err(); err != nil {
+			return err
+		}
+		c.SetParamValues(values...)
+		return next(c)
+	}
 }
 
 // str returns the parameter called name, "" when absent.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
@@ -147,7 +148,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})
-	hs := httptest.NewServer(srv)
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log, Now: c.Now})
+	hs := httptest.NewServer(buckets.Beside(srv))
 	t.Cleanup(func() {
 		hs.Close()
 		cancel()

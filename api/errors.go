@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -27,17 +28,18 @@ type Problem struct {
 
 // problemNames name the kinds of problem by status.
 var problemNames = map[int]string{
-	http.StatusBadRequest:            "bad-request",
-	http.StatusUnauthorized:          "unauthorized",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not-found",
-	http.StatusMethodNotAllowed:      "method-not-allowed",
-	http.StatusConflict:              "conflict",
-	http.StatusPreconditionFailed:    "precondition-failed",
-	http.StatusRequestEntityTooLarge: "payload-too-large",
-	http.StatusUnsupportedMediaType:  "unsupported-media-type",
-	http.StatusUnprocessableEntity:   "validation",
-	http.StatusServiceUnavailable:    "unavailable",
+	http.StatusBadRequest:                  "bad-request",
+	http.StatusUnauthorized:                "unauthorized",
+	http.StatusForbidden:                   "forbidden",
+	http.StatusNotFound:                    "not-found",
+	http.StatusMethodNotAllowed:            "method-not-allowed",
+	http.StatusConflict:                    "conflict",
+	http.StatusPreconditionFailed:          "precondition-failed",
+	http.StatusRequestEntityTooLarge:       "payload-too-large",
+	http.StatusUnsupportedMediaType:        "unsupported-media-type",
+	http.StatusUnprocessableEntity:         "validation",
+	http.StatusRequestHeaderFieldsTooLarge: "headers-too-large",
+	http.StatusServiceUnavailable:          "unavailable",
 }
 
 // problemType is the stable identifier of each kind of problem.
@@ -71,6 +73,7 @@ var (
 	errForbidden        = errors.New("forbidden")
 	errTooLarge         = errors.New("body too large")
 	errUnsupportedMedia = errors.New("unsupported media type")
+	errHeadersTooLarge  = errors.New("headers too large")
 )
 
 // problemFor maps an error to its problem: the one place where errors meet
@@ -130,6 +133,8 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errUnsupportedMedia):
 		return http.StatusUnsupportedMediaType
+	case errors.Is(err, errHeadersTooLarge):
+		return http.StatusRequestHeaderFieldsTooLarge
 	case errors.Is(err, limiter.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, limiter.ErrConflict):
@@ -172,6 +177,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if p.Status == http.StatusServiceUnavailable {
 		c.Response().Header().Set("Retry-After", "1")
 	}
+	if p.Status == http.StatusMethodNotAllowed {
+		// The router lists the methods registered; HEAD goes with GET
+		// (see ServeHTTP).
+		h := c.Response().Header()
+		if allow := h.Get(echo.HeaderAllow); strings.Contains(allow, http.MethodGet) && !strings.Contains(allow, http.MethodHead) {
+			h.Set(echo.HeaderAllow, strings.Replace(allow, http.MethodGet, http.MethodGet+", "+http.MethodHead, 1))
+		}
+	}
 	var body any = p
 	var ie *importFailure
 	if errors.As(err, &ie) {
@@ -179,9 +192,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 	c.Response().WriteHeader(p.Status)
-	if c.Request().Method == http.MethodHead {
-		return
-	}
 	if err := jsonEncode(c.Response(), body); err != nil {
 		s.log.Warn("writing a problem", "err", err)
 	}

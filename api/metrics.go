@@ -163,8 +163,10 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 	return c
 }
 
-// decisions counts the decisions of a REST result.
-func (m *metrics) decisions(op limiter.Op, res limiter.Result) { m.count(op, res, "http") }
+// ObserveDecisions counts the decisions of a REST result.
+func (s *Server) ObserveDecisions(op limiter.Op, res limiter.Result) {
+	s.metrics.count(op, res, "http")
+}
 
 // count counts the decisions of a result of a front end.
 func (m *metrics) count(op limiter.Op, res limiter.Result, frontend string) {
@@ -200,9 +202,10 @@ func resultLabel(d *limiter.Decision, degraded bool) string {
 	return resultAllowed
 }
 
-// request observes one HTTP request. route is the route's pattern ("" when
-// none matched), never the path, which can hold anything.
-func (m *metrics) request(route, method string, status int, took time.Duration) {
+// ObserveRequest observes one HTTP request. route is the route's pattern
+// ("" when none matched), never the path, which can hold anything.
+func (s *Server) ObserveRequest(route, method string, status int, took time.Duration) {
+	m := s.metrics
 	if route == "" {
 		route = "unmatched"
 	}

@@ -296,8 +296,9 @@ func writeOverride(c echo.Context, status int, o limiter.Override) error {
 	return writeJSON(c, status, toOverrideResponse(o))
 }
 
-// createOverride canonicalises the bucket id by its limit's id format and
-// stores the override; a duplicate is the unique constraint's 409.
+// createOverride stores an override; the database canonicalises its bucket
+// id under the write lock (see db.CreateOverride). A duplicate is the unique
+// constraint's 409.
 func (s *Server) createOverride(c echo.Context) error {
 	var req overrideCreateRequest
 	var fs fieldSet
@@ -306,15 +307,16 @@ func (s *Server) createOverride(c echo.Context) error {
 	}
 	o := req.override(s.now(), &fs)
 	ctx := c.Request().Context()
-	if err := s.canonicalise(ctx, &o, &fs); err != nil {
-		return err
-	}
-	if err := fs.err(); err != nil {
-		return err
+	if !fs.empty() {
+		// Nothing is written: the limit is read only to report the bucket
+		// id's errors together with the others.
+		if err := s.canonicalise(ctx, &o, &fs); err != nil {
+			return err
+		}
+		return fs.err()
 	}
 	o, err := s.cfg.DB.CreateOverride(ctx, principal(c).Name, o)
 	if errors.Is(err, limiter.ErrNotFound) {
-		// The limit was deleted after canonicalise read it.
 		fs.add("limit", "unknown limit")
 		return fs.err()
 	}
@@ -325,9 +327,9 @@ func (s *Server) createOverride(c echo.Context) error {
 	return writeOverride(c, http.StatusCreated, o)
 }
 
-// canonicalise reads the limit of o from the database, the source of
-// truth that the snapshot may lag behind, and canonicalises o's bucket id
-// by its id format, adding the field errors to fs.
+// canonicalise reads the limit of o and canonicalises o's bucket id by its
+// id format, adding the field errors to fs. It serves error reports only:
+// the write canonicalises again under the lock.
 func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *fieldSet) error {
 	if fs.has("limit") || o.Limit == "" {
 		return nil

@@ -122,7 +122,9 @@ func TestRulesBadInput(t *testing.T) {
 				t.Helper()
 				e.do("POST", "/v1/rules", e.admin, body).expect(t, http.StatusBadRequest)
 			}
+			bad(`{"domain":"d","domain":"e","descriptor":[{"key":"k"}],"limit":"PerIP"}`)
 			bad(`{"domain":"d","descriptor":[{"key":"k","extra":1}],"limit":"PerIP"}`)
+			bad("{\"domain\":\"d\xff\",\"descriptor\":[{\"key\":\"k\"}],\"limit\":\"PerIP\"}")
 			bad(`{"domain":"d","descriptor":{"key":"k"},"limit":"PerIP"}`)
 			bad(`{"domain":null,"descriptor":[{"key":"k"}],"limit":"PerIP"}`)
 			bad(`{"domain":"d","descriptor":[{"key":1e400}],"limit":"PerIP"}`)

@@ -19,6 +19,7 @@ var protected = []struct {
 	{"GET", "/v1/status", []auth.Scope{auth.Support, auth.Decide}},
 	{"POST", "/v1/tokens", nil},
 	{"GET", "/v1/tokens", nil},
+	{"GET", "/v1/tokens/:id", nil},
 	{"DELETE", "/v1/tokens/:id", nil},
 	{"PUT", "/v1/limits/:name", nil},
 	{"GET", "/v1/limits", []auth.Scope{auth.Support, auth.Decide}},

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/loader"
 )
 
-// Body limits: decisions and admin writes are small; imports may be large.
+// Body limits: admin writes are small; imports may be large.
 const (
 	maxBody       = 1 << 20
 	maxImportBody = 10 << 20
@@ -60,6 +59,7 @@ type Database interface {
 	DeleteRule(ctx context.Context, actor, id string) error
 
 	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
+	GetToken(ctx context.Context, id string) (auth.Token, error)
 	ListTokens(ctx context.Context) ([]auth.Token, error)
 	RevokeToken(ctx context.Context, actor, id string) error
 
@@ -70,13 +70,14 @@ type Database interface {
 	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
 }
 
-// Decider answers decisions; *limiter.Limiter is one.
+// Decider is what the admin API needs of the engine that answers
+// decisions (package decide serves those): its health and its counters;
+// *limiter.Limiter is one.
 type Decider interface {
-	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
-	Reset(ctx context.Context, reqs []limiter.Request) (int, error)
-	Snapshot() *limiter.Snapshot
 	Ping(ctx context.Context) error
 	Stats() limiter.Stats
+	// Snapshot is what POST /v1/rules/match matches against.
+	Snapshot() *limiter.Snapshot
 }
 
 // Authenticator knows the API tokens without asking the database on every
@@ -93,7 +94,8 @@ type Authenticator interface {
 type Config struct {
 	// DB holds limits, overrides, their history and tokens.
 	DB Database
-	// Limiter answers decisions from its snapshot and store.
+	// Limiter answers decisions from its snapshot and store; /readyz and
+	// /metrics report on it.
 	Limiter Decider
 	// Auth authenticates bearer tokens.
 	Auth Authenticator
@@ -134,8 +136,6 @@ type Server struct {
 	// started is when the server was built, the age of a snapshot that
 	// has never loaded.
 	started time.Time
-	// scratch pools the working memory of decisions (*decisionScratch).
-	scratch sync.Pool
 
 	// requestPrefix and requestSeq make request ids unique across restarts
 	// and cheap to generate.
@@ -158,7 +158,6 @@ func New(cfg Config) *Server {
 	if s.cfg.Registry == nil {
 		s.cfg.Registry = prometheus.NewRegistry()
 	}
-	s.scratch.New = func() any { return new(decisionScratch) }
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	s.requestPrefix = hex.EncodeToString(b[:]) + "-"
@@ -167,21 +166,52 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe, limitHeaders)
 	s.echo = e
 	s.routes()
 	return s
 }
 
-// ServeHTTP implements http.Handler. It does what echo's ServeHTTP does,
-// with the service's own middleware (request id, metrics, recovery) as
-// plain calls around the route's handler rather than closures made anew
-// for every request.
+// ServeHTTP implements http.Handler with echo's own ServeHTTP. A HEAD
+// request is routed as a GET (RFC 9110, section 9.3.2), so every GET route
+// answers HEAD too: net/http leaves the body out, since its response writer
+// still holds the HEAD request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := s.echo.AcquireContext()
-	c.Reset(r, w)
-	s.echo.Router().Find(r.Method, echo.GetPath(r), c)
-	s.serve(c)
-	s.echo.ReleaseContext(c)
+	if r.Method == http.MethodHead {
+		get := *r
+		get.Method = http.MethodGet
+		r = &get
+	}
+	s.echo.ServeHTTP(w, r)
+}
+
+// maxHeaderBytes bounds a request's header block. net/http refuses larger
+// blocks only past its own MaxHeaderBytes (1 MiB by default), with a
+// plain-text 431 it writes itself; below that, this bound answers them as
+// every other error is answered, with a problem.
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is the size of a header block as sent, near enough: names,
+// values, ": " and CRLF.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// limitHeaders answers a request whose header block is over
+// maxHeaderBytes with a 431 problem, whatever its route.
+func limitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if headerBytes(c.Request().Header) > maxHeaderBytes {
+			return errorf(errHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
+		}
+		return next(c)
+	}
 }
 
 // Routes lists the registered routes as "METHOD /path/:param", in echo's
@@ -194,23 +224,26 @@ func (s *Server) Routes() []string {
 	return out
 }
 
-// serve runs the handler that routing chose: it gives the request an id,
+// observe is the middleware of every route: it gives the request an id,
 // in the X-Request-Id header of the response and in every log line about
 // it; renders a handler's error, so that the status is known; times the
 // request and counts it by route pattern, method and status; and turns a
 // panic into a 500 (counted as such), so that no input can stop the
 // process.
-func (s *Server) serve(c echo.Context) {
-	c.Response().Header()[echo.HeaderXRequestID] = []string{s.requestID()}
-	start := time.Now()
-	if err := s.recovered(c); err != nil {
-		c.Error(err)
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header()[echo.HeaderXRequestID] = []string{s.RequestID()}
+		start := time.Now()
+		if err := recovered(c, next); err != nil {
+			c.Error(err)
+		}
+		s.ObserveRequest(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
+		return nil
 	}
-	s.metrics.request(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
 }
 
-// requestID makes a request id unique across restarts, in one allocation.
-func (s *Server) requestID() string {
+// RequestID makes a request id unique across restarts, in one allocation.
+func (s *Server) RequestID() string {
 	var b [32]byte
 	id := append(b[:0], s.requestPrefix...)
 	return string(strconv.AppendUint(id, s.requestSeq.Add(1), 36))
@@ -218,13 +251,13 @@ func (s *Server) requestID() string {
 
 // recovered runs the handler, and returns a panic as an error whose text
 // holds the stack, which the log gets under the request id.
-func (s *Server) recovered(c echo.Context) (err error) {
+func recovered(c echo.Context, next echo.HandlerFunc) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &panicError{value: r, stack: stack()}
 		}
 	}()
-	return c.Handler()(c)
+	return next(c)
 }
 
 // jsonEncode writes v as JSON without HTML escaping: responses are data,

@@ -10,6 +10,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/ratelimitd/ratelimitd"
+	"github.com/ratelimitd/ratelimitd/api/decide"
 )
 
 // echoParam matches the parameters of echo's route patterns: ":name" and
@@ -34,7 +35,11 @@ func TestRoutesMatchSpec(t *testing.T) {
 		}
 	}
 	var registered []string
-	for _, r := range e.srv.Routes() {
+	routes := e.srv.Routes()
+	for _, p := range decide.Paths() {
+		routes = append(routes, "POST "+p)
+	}
+	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
 		path = echoParam.ReplaceAllStringFunc(path, func(p string) string {
 			if p == "*" {

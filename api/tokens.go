@@ -116,6 +116,15 @@ func (s *Server) listTokens(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, out)
 }
 
+// getToken answers a token as listed, where a creation's Location points.
+func (s *Server) getToken(c echo.Context) error {
+	t, err := s.cfg.DB.GetToken(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, toTokenResponse(t))
+}
+
 func (s *Server) revokeToken(c echo.Context) error {
 	if err := s.cfg.DB.RevokeToken(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -74,10 +75,24 @@ func Hash(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// The actors the service records for changes that no token made. No token
+// may take their names, so that an audit entry says truly who made a
+// change.
+const (
+	// BootstrapActor is the RATELIMIT_BOOTSTRAP_TOKEN's name.
+	BootstrapActor = "bootstrap"
+	// CLIActor makes the changes of the command line.
+	CLIActor = "cli"
+	// ServiceActor creates the first admin token of an empty database.
+	ServiceActor = "ratelimitd"
+)
+
 // NameProblem returns why name cannot name a token, or "" when it can.
 // Names appear in audit entries as the actor.
 func NameProblem(name string) string {
 	switch {
+	case strings.EqualFold(name, BootstrapActor), strings.EqualFold(name, CLIActor), strings.EqualFold(name, ServiceActor):
+		return "is reserved for the service's own changes"
 	case name == "":
 		return "must not be empty"
 	case len(name) > 64:
@@ -122,7 +137,7 @@ func NewSet(tokens []Token, bootstrap string) *Set {
 // Authenticate returns the principal of a secret.
 func (s *Set) Authenticate(secret string) (Principal, bool) {
 	if s.bootstrap != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(s.bootstrap)) == 1 {
-		return Principal{Name: "bootstrap", Scope: Admin}, true
+		return Principal{Name: BootstrapActor, Scope: Admin}, true
 	}
 	p, ok := s.byHash[Hash(secret)]
 	return p, ok

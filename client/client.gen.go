@@ -258,7 +258,7 @@ func (e ImportFileParamsKind) Valid() bool {
 type BucketRequest struct {
 	BucketID string `json:"bucket_id"`
 
-	// Cost Tokens to take or give back; 0 inspects the bucket.
+	// Cost Tokens to take or give back; 0 inspects the bucket, and is allowed only while the bucket is within its limit.
 	Cost  *int64    `json:"cost,omitempty"`
 	Limit LimitName `json:"limit"`
 }
@@ -431,7 +431,7 @@ type Limit struct {
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
 
-	// Enum The small integer the name is interned to in bucket keys (`<enum>:<bucket_id>`); it never changes.
+	// Enum The small integer the name is interned to in bucket keys (`<enum>:<bucket_id>`); it never changes, and is never given to another limit.
 	Enum int `json:"enum"`
 
 	// IDFormat How bucket ids are written. ip_address: IPv4 or IPv6, IPv4-mapped
@@ -477,7 +477,7 @@ type LimitPut struct {
 	// Description At most 1000 bytes of UTF-8.
 	Description *string `json:"description,omitempty"`
 
-	// Enum Only on creation. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...) while that is free, as an import gives it; any other name the next free number from 100 up.
+	// Enum Only on creation, and never one given before to another limit. When left out, a name of Let's Encrypt's catalogue gets its number there (NewOrdersPerAccount 3, ...), as an import gives it; any other name the lowest number from 100 up that was never given. Catalogue numbers (1-9) go only to their catalogue names.
 	Enum *int `json:"enum,omitempty"`
 
 	// IDFormat How bucket ids are written. ip_address: IPv4 or IPv6, IPv4-mapped
@@ -716,7 +716,7 @@ type Token struct {
 
 // TokenCreate defines model for TokenCreate.
 type TokenCreate struct {
-	// Name Recorded as the actor of every change made with the token; at most 64 bytes of UTF-8.
+	// Name Recorded as the actor of every change made with the token; at most 64 bytes of UTF-8, no control characters. Unique among live (unrevoked) tokens: a name in use is 409. The service's own actors, `bootstrap`, `cli` and `ratelimitd` (in any case), are refused with 422.
 	Name  string `json:"name"`
 	Scope Scope  `json:"scope"`
 }
@@ -1075,7 +1075,7 @@ type ClientInterface interface {
 
 	// CheckWithBody What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1084,7 +1084,7 @@ type ClientInterface interface {
 
 	// Check What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1144,9 +1144,16 @@ type ClientInterface interface {
 	// PutLimitWithBody Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1161,9 +1168,16 @@ type ClientInterface interface {
 	// PutLimit Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1423,6 +1437,13 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetToken Get one token (admin), never its secret.
+	//
+	// The Location of a created token points here.
+	//
+	// Corresponds with GET /v1/tokens/{id} (the `GetToken` operationId).
+	GetToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Whoami The token's name and scope.
 	//
 	// Corresponds with GET /v1/whoami (the `Whoami` operationId).
@@ -1568,7 +1589,7 @@ func (c *Client) ResetBuckets(ctx context.Context, body ResetBucketsJSONRequestB
 
 // CheckWithBody What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1587,7 +1608,7 @@ func (c *Client) CheckWithBody(ctx context.Context, contentType string, body io.
 
 // Check What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1707,9 +1728,16 @@ func (c *Client) GetLimit(ctx context.Context, name LimitNameParameter, reqEdito
 // PutLimitWithBody Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -1734,9 +1762,16 @@ func (c *Client) PutLimitWithBody(ctx context.Context, name LimitNameParameter, 
 // PutLimit Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -2276,6 +2311,23 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 // Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRevokeTokenRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetToken Get one token (admin), never its secret.
+//
+// The Location of a created token points here.
+//
+// Corresponds with GET /v1/tokens/{id} (the `GetToken` operationId).
+func (c *Client) GetToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3615,6 +3667,40 @@ func NewRevokeTokenRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetTokenRequest constructs an http.Request for the GetToken method
+func NewGetTokenRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewWhoamiRequest constructs an http.Request for the Whoami method
 func NewWhoamiRequest(server string) (*http.Request, error) {
 	var err error
@@ -3757,7 +3843,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckWithBodyWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3766,7 +3852,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3834,9 +3920,16 @@ type ClientWithResponsesInterface interface {
 	// PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -3851,9 +3944,16 @@ type ClientWithResponsesInterface interface {
 	// PutLimitWithResponse Create (201) or update (200) a limit (admin).
 	//
 	// `enum` may be given on creation; otherwise a name of Let's Encrypt's
-	// catalogue gets its number there while that is free (as an import gives
-	// it), and any other name the next free number from 100 up. It never
-	// changes: a different `enum` on update is 409.
+	// catalogue gets its number there (as an import gives it), and any other
+	// name the lowest number from 100 up that was never given. An enum is
+	// given once: the enum of a deleted limit is retired, and giving it
+	// again is 422 naming `enum`; so is a catalogue number (1-9) for
+	// another name than its own, another number for a catalogue name, and
+	// a creation without `enum` when no number up to 2147483647 is left.
+	// An enum held by a live limit is 409. A catalogue name deleted and
+	// created again gets its number again, and like any limit created
+	// again starts with full buckets. The enum never changes: a different
+	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
 	// PUT replaces the limit: a `description` or `shadow` left out becomes
 	// `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -4132,6 +4232,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
+
+	// GetTokenWithResponse Get one token (admin), never its secret.
+	//
+	// The Location of a created token points here.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens/{id} (the `GetToken` operationId).
+	GetTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetTokenResponse, error)
 
 	// WhoamiWithResponse The token's name and scope.
 	//
@@ -4881,6 +4990,8 @@ type DeleteLimitResponse struct {
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4907,6 +5018,11 @@ func (r DeleteLimitResponse) GetApplicationProblemJSON404() *NotFound {
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r DeleteLimitResponse) GetApplicationProblemJSON409() *Conflict {
 	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteLimitResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -4962,6 +5078,8 @@ type GetLimitResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4983,6 +5101,11 @@ func (r GetLimitResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetLimitResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5365,6 +5488,8 @@ type DeleteOverrideResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -5386,6 +5511,11 @@ func (r DeleteOverrideResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r DeleteOverrideResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteOverrideResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5448,6 +5578,8 @@ type GetOverrideResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -5476,6 +5608,11 @@ func (r GetOverrideResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetOverrideResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetOverrideResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5658,6 +5795,8 @@ type OverrideHistoryResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -5684,6 +5823,11 @@ func (r OverrideHistoryResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r OverrideHistoryResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r OverrideHistoryResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6685,6 +6829,8 @@ type CreateTokenResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *TooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -6719,6 +6865,11 @@ func (r CreateTokenResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateTokenResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -6789,6 +6940,8 @@ type RevokeTokenResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -6810,6 +6963,11 @@ func (r RevokeTokenResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RevokeTokenResponse) GetApplicationProblemJSON404() *NotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6840,6 +6998,96 @@ func (r RevokeTokenResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RevokeTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetTokenResponse401Headers the declared response headers of an HTTP 401 response for GetToken
+type GetTokenResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetTokenResponse503Headers the declared response headers of an HTTP 503 response for GetToken
+type GetTokenResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Token
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTokenResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetTokenResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTokenResponse) GetJSON200() *Token {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetTokenResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetTokenResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetTokenResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetTokenResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetTokenResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7020,7 +7268,7 @@ func (c *ClientWithResponses) ResetBucketsWithResponse(ctx context.Context, body
 
 // CheckWithBodyWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7035,7 +7283,7 @@ func (c *ClientWithResponses) CheckWithBodyWithResponse(ctx context.Context, con
 
 // CheckWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket. Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7139,9 +7387,16 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name Lim
 // PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -7162,9 +7417,16 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 // PutLimitWithResponse Create (201) or update (200) a limit (admin).
 //
 // `enum` may be given on creation; otherwise a name of Let's Encrypt's
-// catalogue gets its number there while that is free (as an import gives
-// it), and any other name the next free number from 100 up. It never
-// changes: a different `enum` on update is 409.
+// catalogue gets its number there (as an import gives it), and any other
+// name the lowest number from 100 up that was never given. An enum is
+// given once: the enum of a deleted limit is retired, and giving it
+// again is 422 naming `enum`; so is a catalogue number (1-9) for
+// another name than its own, another number for a catalogue name, and
+// a creation without `enum` when no number up to 2147483647 is left.
+// An enum held by a live limit is 409. A catalogue name deleted and
+// created again gets its number again, and like any limit created
+// again starts with full buckets. The enum never changes: a different
+// `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
 // PUT replaces the limit: a `description` or `shadow` left out becomes
 // `""` or `false`. A `name` in the body must be the path's (a limit is
@@ -7616,6 +7878,21 @@ func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id st
 		return nil, err
 	}
 	return ParseRevokeTokenResponse(rsp)
+}
+
+// GetTokenWithResponse Get one token (admin), never its secret.
+//
+// The Location of a created token points here.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens/{id} (the `GetToken` operationId).
+func (c *ClientWithResponses) GetTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetTokenResponse, error) {
+	rsp, err := c.GetToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTokenResponse(rsp)
 }
 
 // WhoamiWithResponse The token's name and scope.
@@ -8293,6 +8570,13 @@ func ParseDeleteLimitResponse(rsp *http.Response) (*DeleteLimitResponse, error) 
 		}
 		response.ApplicationProblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8362,6 +8646,13 @@ func ParseGetLimitResponse(rsp *http.Response) (*GetLimitResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -8757,6 +9048,13 @@ func ParseDeleteOverrideResponse(rsp *http.Response) (*DeleteOverrideResponse, e
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8833,6 +9131,13 @@ func ParseGetOverrideResponse(rsp *http.Response) (*GetOverrideResponse, error) 
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -9042,6 +9347,13 @@ func ParseOverrideHistoryResponse(rsp *http.Response) (*OverrideHistoryResponse,
 			return nil, err
 		}
 		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -10032,6 +10344,13 @@ func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) 
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10136,6 +10455,13 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10158,6 +10484,90 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers RevokeTokenResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetTokenResponse parses an HTTP response from a GetTokenWithResponse call
+func ParseGetTokenResponse(rsp *http.Response) (*GetTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Token
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTokenResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetTokenResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -48,7 +48,10 @@ type DB struct {
 	now    func() time.Time
 	log    *slog.Logger
 	ids    idSource
-	closed atomic.Bool
+	// maxEnum bounds the enums given automatically: limiter.MaxEnum, lower
+	// in tests, which cannot give two billion.
+	maxEnum int
+	closed  atomic.Bool
 	// done is closed by Close, which ends every Watch.
 	done chan struct{}
 }
@@ -80,7 +83,7 @@ type backend interface {
 // server fails at start rather than at the first request. It does not
 // migrate; call Migrate.
 func Open(ctx context.Context, url string, opts Options) (*DB, error) {
-	d := &DB{now: opts.Now, log: opts.Logger, done: make(chan struct{})}
+	d := &DB{now: opts.Now, log: opts.Logger, maxEnum: limiter.MaxEnum, done: make(chan struct{})}
 	if d.now == nil {
 		d.now = time.Now
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/migrations"
 )
 
 // The contract suite: every test runs against both engines, each time on
@@ -130,7 +133,7 @@ func (e *env) createOverride(t *testing.T, o limiter.Override) limiter.Override 
 func (e *env) rowCounts(t *testing.T) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
-	for _, table := range []string{"limits", "overrides", "audit", "tokens"} {
+	for _, table := range []string{"limits", "enums", "overrides", "audit", "tokens"} {
 		var n int
 		if err := e.db.reader.QueryRowContext(ctxT(t), "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
 			t.Fatalf("counting %s: %v", table, err)
@@ -177,6 +180,7 @@ func TestLimitCRUD(t *testing.T) {
 		}
 		want := limitOf("NewOrdersPerAccount", limiter.RegID)
 		want.Enum = 3 // its number in Let's Encrypt's catalogue
+		want.Generation = 1
 		want.CreatedAt = epoch().Truncate(time.Microsecond)
 		want.UpdatedAt = want.CreatedAt
 		if l != want {
@@ -244,48 +248,159 @@ func TestEnumAssignment(t *testing.T) {
 			t.Errorf("first assigned enum = %d, want 100", l.Enum)
 		}
 		explicit := limitOf("explicit", limiter.String)
-		explicit.Enum = 5
-		if l := e.putLimit(t, explicit); l.Enum != 5 {
-			t.Errorf("explicit enum = %d, want 5", l.Enum)
+		explicit.Enum = 50
+		if l := e.putLimit(t, explicit); l.Enum != 50 {
+			t.Errorf("explicit enum = %d, want 50", l.Enum)
 		}
+		high := limitOf("high", limiter.String)
+		high.Enum = 102
+		e.putLimit(t, high)
+		// The lowest number never given, not the one after the highest.
 		if l := e.putLimit(t, limitOf("second", limiter.String)); l.Enum != 101 {
 			t.Errorf("second assigned enum = %d, want 101", l.Enum)
 		}
-		high := limitOf("high", limiter.String)
-		high.Enum = 500
-		e.putLimit(t, high)
-		if l := e.putLimit(t, limitOf("after-high", limiter.String)); l.Enum != 501 {
-			t.Errorf("enum after 500 = %d, want 501", l.Enum)
+		if l := e.putLimit(t, limitOf("third", limiter.String)); l.Enum != 103 {
+			t.Errorf("third assigned enum = %d, want 103", l.Enum)
 		}
 
 		taken := limitOf("taken", limiter.String)
-		taken.Enum = 5
+		taken.Enum = 50
 		_, _, err := e.db.PutLimit(ctx, "alice", taken)
-		wantError(t, err, limiter.ErrConflict, "enum 5 is taken by another limit")
+		wantError(t, err, limiter.ErrConflict, `enum 50 is taken by limit "explicit"`)
 
 		change := limitOf("explicit", limiter.String)
-		change.Enum = 6
+		change.Enum = 51
 		_, _, err = e.db.PutLimit(ctx, "alice", change)
-		wantError(t, err, limiter.ErrConflict, `limit "explicit" has enum 5: an enum cannot change`)
+		wantError(t, err, limiter.ErrConflict, `limit "explicit" has enum 50: an enum cannot change`)
 
 		// Enum 0 on update keeps the enum; so does giving the same one.
 		change.Enum, change.Burst = 0, 99
-		if l := e.putLimit(t, change); l.Enum != 5 || l.Burst != 99 {
+		if l := e.putLimit(t, change); l.Enum != 50 || l.Burst != 99 {
 			t.Errorf("update with enum 0 = %+v", l)
 		}
-		change.Enum, change.Burst = 5, 98
-		if l := e.putLimit(t, change); l.Enum != 5 || l.Burst != 98 {
+		change.Enum, change.Burst = 50, 98
+		if l := e.putLimit(t, change); l.Enum != 50 || l.Burst != 98 {
 			t.Errorf("update with the same enum = %+v", l)
 		}
 
-		// A name of Let's Encrypt's catalogue gets its number there while
-		// it is free (NewOrdersPerAccount is 3), else the next free one
-		// (CertificatesPerDomain is 5, which "explicit" holds).
+		// A name of Let's Encrypt's catalogue gets its number there.
 		if l := e.putLimit(t, limitOf("NewOrdersPerAccount", limiter.RegID)); l.Enum != 3 {
 			t.Errorf("NewOrdersPerAccount got enum %d, want 3", l.Enum)
 		}
-		if l := e.putLimit(t, limitOf("CertificatesPerDomain", limiter.DomainOrCIDR)); l.Enum != 502 {
-			t.Errorf("CertificatesPerDomain got enum %d, want 502", l.Enum)
+	})
+}
+
+// wantEnumError fails unless err is a 422 naming enum whose message holds msg.
+func wantEnumError(t *testing.T, err error, msg string) {
+	t.Helper()
+	var ve *limiter.ValidationError
+	if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "enum" || !strings.Contains(ve.Fields[0].Message, msg) {
+		t.Errorf("err = %v, want a validation error of enum saying %q", err, msg)
+	}
+}
+
+func TestEnumsAreGivenOnce(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		old := e.putLimit(t, limitOf("OldA", limiter.String))
+		explicit := limitOf("Explicit", limiter.String)
+		explicit.Enum = 42
+		e.putLimit(t, explicit)
+		for _, name := range []string{"OldA", "Explicit"} {
+			if err := e.db.DeleteLimit(ctx, "alice", name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Neither the assigned nor the explicit enum is given again, under
+		// the old name or another.
+		if l := e.putLimit(t, limitOf("NewB", limiter.String)); l.Enum == old.Enum || l.Enum != 101 {
+			t.Errorf("NewB got enum %d after OldA's %d was deleted; want 101", l.Enum, old.Enum)
+		}
+		if l := e.putLimit(t, limitOf("OldA", limiter.String)); l.Enum != 102 {
+			t.Errorf("OldA again got enum %d, want 102", l.Enum)
+		}
+		before := e.rowCounts(t)
+		for _, name := range []string{"Explicit", "Other"} {
+			again := limitOf(name, limiter.String)
+			again.Enum = 42
+			_, _, err := e.db.PutLimit(ctx, "alice", again)
+			wantEnumError(t, err, "42 was the enum of limit Explicit, which was deleted")
+		}
+		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("refused creations wrote: rows %v -> %v", before, after)
+		}
+	})
+}
+
+func TestEnumsRunOut(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		top := limitOf("A", limiter.String)
+		top.Enum = limiter.MaxEnum
+		e.putLimit(t, top)
+		// The number after the largest enum is never given, nor computed
+		// in 32 bits.
+		if l := e.putLimit(t, limitOf("B", limiter.String)); l.Enum != limiter.FirstAssignedEnum {
+			t.Errorf("B got enum %d, want %d", l.Enum, limiter.FirstAssignedEnum)
+		}
+		// Two billion limits are out of a test's reach: a lower bound
+		// stands for MaxEnum.
+		e.db.maxEnum = limiter.FirstAssignedEnum + 1
+		if l := e.putLimit(t, limitOf("C", limiter.String)); l.Enum != limiter.FirstAssignedEnum+1 {
+			t.Errorf("C got enum %d, want %d", l.Enum, limiter.FirstAssignedEnum+1)
+		}
+		if err := e.db.DeleteLimit(ctx, "alice", "C"); err != nil {
+			t.Fatal(err)
+		}
+		before := e.rowCounts(t)
+		_, _, err := e.db.PutLimit(ctx, "alice", limitOf("D", limiter.String))
+		wantEnumError(t, err, "no enum is left")
+		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("a refused creation wrote: rows %v -> %v", before, after)
+		}
+		// An explicit enum below the bound still works.
+		explicit := limitOf("E", limiter.String)
+		explicit.Enum = 10
+		e.putLimit(t, explicit)
+	})
+}
+
+func TestCatalogueEnums(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		before := e.rowCounts(t)
+		squat := limitOf("MyLimit", limiter.RegID)
+		squat.Enum = 3
+		_, _, err := e.db.PutLimit(ctx, "alice", squat)
+		wantEnumError(t, err, "3 is reserved for NewOrdersPerAccount")
+		wrong := limitOf("NewOrdersPerAccount", limiter.RegID)
+		wrong.Enum = 4
+		_, _, err = e.db.PutLimit(ctx, "alice", wrong)
+		wantEnumError(t, err, "NewOrdersPerAccount has enum 3")
+		_, err = e.db.Import(ctx, "importer", []limiter.Limit{squat}, nil, false)
+		wantEnumError(t, err, "3 is reserved for NewOrdersPerAccount")
+		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("refused creations wrote: rows %v -> %v", before, after)
+		}
+
+		// A catalogue name deleted and created again gets its number
+		// again, in a new generation.
+		first := e.putLimit(t, limitOf("NewOrdersPerAccount", limiter.RegID))
+		v := e.version(t)
+		if err := e.db.DeleteLimit(ctx, "alice", "NewOrdersPerAccount"); err != nil {
+			t.Fatal(err)
+		}
+		second := e.putLimit(t, limitOf("NewOrdersPerAccount", limiter.RegID))
+		if first.Enum != 3 || first.Generation != 1 || second.Enum != 3 || second.Generation != 2 {
+			t.Errorf("created %d.%d, then %d.%d; want 3.1, then 3.2", first.Enum, first.Generation, second.Enum, second.Generation)
+		}
+		if got, err := e.db.GetLimit(ctx, "NewOrdersPerAccount"); err != nil || got != second {
+			t.Errorf("GetLimit = %+v, %v; want %+v", got, err, second)
+		}
+		// A replica that loaded the first comes to the second.
+		c, err := e.db.Since(ctx, v)
+		if err != nil || len(c.Limits) != 1 || c.Limits[0] != second || len(c.DeletedLimits) != 0 {
+			t.Errorf("Since = %+v, %v; want the second generation", c, err)
 		}
 	})
 }
@@ -758,14 +873,14 @@ func TestImportAllOrNothing(t *testing.T) {
 		ctx := ctxT(t)
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		taken := limitOf("Taken", limiter.RegID)
-		taken.Enum = 7
+		taken.Enum = 17
 		e.putLimit(t, taken)
 		before := e.rowCounts(t)
 
 		good := []limiter.Limit{limitOf("A", limiter.RegID)}
 		goodOverrides := []limiter.Override{overrideOf("L", "1"), overrideOf("A", "2")}
 		clash := limitOf("Clash", limiter.RegID)
-		clash.Enum = 7
+		clash.Enum = 17
 		for _, tc := range []struct {
 			name      string
 			limits    []limiter.Limit
@@ -773,7 +888,7 @@ func TestImportAllOrNothing(t *testing.T) {
 			kind      error
 			msg       string
 		}{
-			{"enum taken", append(good, clash), goodOverrides, limiter.ErrConflict, "enum 7 is taken by another limit"},
+			{"enum taken", append(good, clash), goodOverrides, limiter.ErrConflict, `enum 17 is taken by limit "Taken"`},
 			{"unknown limit", good, append(goodOverrides, overrideOf("Nope", "3")), limiter.ErrNotFound,
 				`override of limit "Nope" for bucket "3": limit "Nope" not found`},
 			{"same bucket twice", good, append(goodOverrides, overrideOf("L", "1")), limiter.ErrConflict,
@@ -1246,9 +1361,18 @@ func TestWatchEndsAtClose(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	run(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
+		// The latest migration is the last file's number.
+		files, err := fs.Glob(migrations.SQLite(), "*.sql")
+		if err != nil || len(files) == 0 {
+			t.Fatal(files, err)
+		}
+		want, err := strconv.ParseInt(strings.SplitN(files[len(files)-1], "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cur, latest, err := e.db.MigrationVersion(ctx)
-		if err != nil || cur != latest || latest != 7 {
-			t.Fatalf("MigrationVersion = %d, %d, %v; want 7, 7", cur, latest, err)
+		if err != nil || cur != latest || latest != want {
+			t.Fatalf("MigrationVersion = %d, %d, %v; want %d, %d", cur, latest, err, want, want)
 		}
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		if err := e.db.Migrate(ctx); err != nil {
@@ -1374,4 +1498,77 @@ func TestUnavailableWhenConnectionsAreKilled(t *testing.T) {
 			t.Errorf("GetLimit on a killed connection = %v, want success or ErrUnavailable", err)
 		}
 	}
+}
+
+// TestMigrateRetiresEnums upgrades a database written before enums were
+// recorded: the enums of its limits and of the limits it deleted are
+// given, and its limits keep their bucket keys (generation 1).
+func TestMigrateRetiresEnums(t *testing.T) {
+	for _, engine := range []string{"sqlite", "postgres"} {
+		t.Run(engine, func(t *testing.T) {
+			ctx := ctxT(t)
+			url := databaseURL(t, engine)
+			d, err := Open(ctx, url, Options{Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			p, err := d.provider()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.UpTo(ctx, 4); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				`INSERT INTO limits (name, enum, id_format, burst, count, period, created_at, updated_at)
+					VALUES ('Kept', 100, 'string', 1, 1, 1000, '2030-01-01 00:00:00', '2030-01-01 00:00:00')`,
+				`INSERT INTO audit (at, actor, entity, entity_id, action, limit_name, after)
+					VALUES ('2030-01-01 00:00:00', 'a', 'limit', 'Gone', 'create', 'Gone', '{"name":"Gone","enum":101}')`,
+				`INSERT INTO audit (at, actor, entity, entity_id, action, limit_name, after)
+					VALUES ('2030-01-01 00:00:00', 'a', 'limit', 'Kept', 'create', 'Kept', '{"name":"Kept","enum":100}')`,
+				`INSERT INTO audit (at, actor, entity, entity_id, action, limit_name, after)
+					VALUES ('2030-01-01 00:00:00', 'a', 'limit', 'Huge', 'create', 'Huge', '{"name":"Huge","enum":2147483648}')`,
+			} {
+				if _, err := d.writer.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := d.GetLimit(ctx, "Kept"); err != nil || l.Enum != 100 || l.Generation != 1 {
+				t.Errorf("Kept = %+v, %v; want enum 100, generation 1", l, err)
+			}
+			l, _, err := d.PutLimit(ctx, "alice", limitOf("New", limiter.String))
+			if err != nil || l.Enum != 102 {
+				t.Errorf("New = %+v, %v; want enum 102, after 100 (Kept) and 101 (deleted)", l, err)
+			}
+		})
+	}
+}
+
+// TestImportCanonicalisesUnderTheLock imports overrides whose ids were
+// checked against another id format than the limit has when the write
+// runs, as an import racing a change of the format would: the ids are
+// canonicalised by the format the limit has then, and an id it refuses
+// writes nothing.
+func TestImportCanonicalisesUnderTheLock(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		e.putLimit(t, limitOf("L", limiter.Domain))
+		before := e.rowCounts(t)
+		_, err := e.db.Import(ctx, "importer", nil, []limiter.Override{overrideOf("L", "WWW.Example.co.uk"), overrideOf("L", "192.0.2.0/24")}, false)
+		wantError(t, err, limiter.ErrConflict, `override of limit "L" for bucket "192.0.2.0/24": the limit's id_format is now domain, which refuses the id; import again`)
+		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("rows %v -> %v", before, after)
+		}
+		if _, err := e.db.Import(ctx, "importer", nil, []limiter.Override{overrideOf("L", "WWW.Example.co.uk")}, false); err != nil {
+			t.Fatal(err)
+		}
+		page, _, err := e.db.ListOverrides(ctx, limiter.OverrideFilter{Limit: "L"})
+		if err != nil || len(page) != 1 || page[0].BucketID != "www.example.co.uk" {
+			t.Errorf("stored overrides = %+v, %v; want one of www.example.co.uk", page, err)
+		}
+	})
 }

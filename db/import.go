@@ -14,7 +14,9 @@ import (
 // With dryRun it rolls back at the end and still returns the counts.
 //
 // Limits are upserted by name as PutLimit does: an existing limit keeps its
-// enum, and a different enum given is a conflict. Overrides are upserted by
+// enum, and a different enum given is a conflict. Override bucket ids are
+// canonicalised here, under the write lock, by the id formats the limits
+// have after the limits are written. Overrides are upserted by
 // limit and bucket id: an existing one takes the burst, count, period,
 // unlimited and comment given and keeps its enabled and expires_at; a new
 // one is created enabled and without expiry. Entries that would not change
@@ -76,7 +78,7 @@ type overrideWrite struct {
 }
 
 func (w *writeTx) importOverrides(ctx context.Context, in []limiter.Override, counts *limiter.ImportCounts) error {
-	existing, err := w.overridesOfLimits(ctx, in)
+	in, existing, err := w.overridesOfLimits(ctx, in)
 	if err != nil {
 		return err
 	}
@@ -124,36 +126,47 @@ func (w *writeTx) importOverrides(ctx context.Context, in []limiter.Override, co
 	return err
 }
 
-// overridesOfLimits returns the stored overrides of the limits that in
-// names, after checking that those limits exist.
-func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) (map[bucketKey]limiter.Override, error) {
+// overridesOfLimits canonicalises the bucket ids of in by their limits' id
+// formats, reading the limits under the write lock, so that a concurrent
+// change of a format cannot leave an override written in the old one. It
+// returns the canonicalised copy and the stored overrides of those limits.
+// An unknown limit is not found; an id the format now refuses, a conflict.
+func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) ([]limiter.Override, map[bucketKey]limiter.Override, error) {
+	out := make([]limiter.Override, len(in))
 	existing := map[bucketKey]limiter.Override{}
-	checked := map[string]bool{}
-	for _, o := range in {
-		if checked[o.Limit] {
-			continue
-		}
-		checked[o.Limit] = true
-		_, err := getLimit(ctx, w.d, w.tx, o.Limit)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, notFoundf("override of limit %q for bucket %q: limit %q not found", o.Limit, o.BucketID, o.Limit)
-		}
-		if err != nil {
-			return nil, err
-		}
-		err = each(ctx, w.d, w.tx, func(rows *sql.Rows) error {
-			s, err := scanOverride(rows)
-			if err != nil {
-				return w.d.fail(ctx, err)
+	formats := map[string]limiter.IDFormat{}
+	for i, o := range in {
+		format, read := formats[o.Limit]
+		if !read {
+			l, err := getLimit(ctx, w.d, w.tx, o.Limit)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, nil, notFoundf("override of limit %q for bucket %q: limit %q not found", o.Limit, o.BucketID, o.Limit)
 			}
-			existing[bucketKey{s.Limit, s.BucketID}] = s
-			return nil
-		}, `SELECT `+overrideColumns+` FROM overrides WHERE limit_name = $1`, o.Limit)
-		if err != nil {
-			return nil, err
+			if err != nil {
+				return nil, nil, err
+			}
+			format = l.IDFormat
+			formats[o.Limit] = format
+			err = each(ctx, w.d, w.tx, func(rows *sql.Rows) error {
+				s, err := scanOverride(rows)
+				if err != nil {
+					return w.d.fail(ctx, err)
+				}
+				existing[bucketKey{s.Limit, s.BucketID}] = s
+				return nil
+			}, `SELECT `+overrideColumns+` FROM overrides WHERE limit_name = $1`, o.Limit)
+			if err != nil {
+				return nil, nil, err
+			}
 		}
+		id, err := format.CanonicalOverride(o.BucketID)
+		if err != nil {
+			return nil, nil, conflictf("override of limit %q for bucket %q: the limit's id_format is now %s, which refuses the id; import again", o.Limit, o.BucketID, format)
+		}
+		o.BucketID = id
+		out[i] = o
 	}
-	return existing, nil
+	return out, existing, nil
 }
 
 // upsertOverrides writes a batch in one statement, prepared once per

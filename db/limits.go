@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -13,6 +14,7 @@ import (
 type limitRow struct {
 	Name        string
 	Enum        int
+	Generation  int
 	IDFormat    string
 	Burst       int64
 	Count       int64
@@ -23,15 +25,15 @@ type limitRow struct {
 	UpdatedAt   time.Time
 }
 
-const limitColumns = `name, enum, id_format, burst, count, period, description, shadow, created_at, updated_at`
+const limitColumns = `name, enum, generation, id_format, burst, count, period, description, shadow, created_at, updated_at`
 
 func (r *limitRow) dest() []any {
-	return []any{&r.Name, &r.Enum, &r.IDFormat, &r.Burst, &r.Count, &r.Period, &r.Description, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
+	return []any{&r.Name, &r.Enum, &r.Generation, &r.IDFormat, &r.Burst, &r.Count, &r.Period, &r.Description, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r *limitRow) limit() limiter.Limit {
 	return limiter.Limit{
-		Name: r.Name, Enum: r.Enum, IDFormat: limiter.IDFormat(r.IDFormat),
+		Name: r.Name, Enum: r.Enum, Generation: r.Generation, IDFormat: limiter.IDFormat(r.IDFormat),
 		Params:      limiter.Params{Burst: r.Burst, Count: r.Count, Period: time.Duration(r.Period)},
 		Description: r.Description, Shadow: r.Shadow, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
@@ -89,12 +91,13 @@ func (d *DB) OverrideCounts(ctx context.Context) (map[string]int, error) {
 // PutLimit creates the limit l.Name (reporting true) or updates it
 // (reporting false), and returns it as stored. The caller has validated l.
 //
-// On creation an enum of 0 takes the next number after the highest one at or
-// above limiter.FirstAssignedEnum; an enum another limit holds is a
-// conflict. On update the enum never changes: 0 keeps it, another number is
-// a conflict; so is a new id_format while overrides of the limit exist,
-// because their canonical bucket ids would no longer name the same buckets.
-// An update that changes nothing writes nothing, not even an audit entry.
+// On creation the enum is given for good (see giveEnum): an enum given
+// before, to a limit deleted since, is refused unless it is the catalogue
+// number of l.Name. On update the enum never changes: 0 keeps it, another
+// number is a conflict; so is a new id_format while overrides of the limit
+// exist, because their canonical bucket ids would no longer name the same
+// buckets. An update that changes nothing writes nothing, not even an
+// audit entry.
 func (d *DB) PutLimit(ctx context.Context, actor string, l limiter.Limit) (limiter.Limit, bool, error) {
 	var got limiter.Limit
 	var res outcome
@@ -129,7 +132,7 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 	if l.Enum != 0 && l.Enum != old.Enum {
 		return limiter.Limit{}, unchanged, conflictf("limit %q has enum %d: an enum cannot change", l.Name, old.Enum)
 	}
-	l.Enum, l.CreatedAt, l.UpdatedAt = old.Enum, old.CreatedAt, old.UpdatedAt
+	l.Enum, l.Generation, l.CreatedAt, l.UpdatedAt = old.Enum, old.Generation, old.CreatedAt, old.UpdatedAt
 	if l == old {
 		return old, unchanged, nil
 	}
@@ -158,22 +161,12 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 
 func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Limit, outcome, error) {
 	l.CreatedAt, l.UpdatedAt = w.now, w.now
-	// A limit created without an enum gets its number in Let's Encrypt's
-	// catalogue while that is free, as an import gives it, else the next
-	// free number. Writers are serialised (see lockWrites), so no other
-	// transaction can take the number between the subqueries and the
-	// insert.
-	catalogued, _, _ := limiter.Catalogued(l.Name)
-	err := w.queryRow(ctx, []any{&l.Enum}, `
-		INSERT INTO limits (`+limitColumns+`)
-		VALUES ($1, CASE
-				WHEN $2 > 0 THEN $2
-				WHEN $11 > 0 AND NOT EXISTS (SELECT 1 FROM limits WHERE enum = $11) THEN $11
-				ELSE (SELECT COALESCE(MAX(enum), $3 - 1) + 1 FROM limits WHERE enum >= $3) END,
-			$4, $5, $6, $7, $8, $9, $10, $10)
-		RETURNING enum`,
-		l.Name, l.Enum, limiter.FirstAssignedEnum, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, w.now,
-		catalogued)
+	var err error
+	if l.Enum, l.Generation, err = w.giveEnum(ctx, l.Name, l.Enum); err != nil {
+		return limiter.Limit{}, unchanged, err
+	}
+	err = w.exec(ctx, `INSERT INTO limits (`+limitColumns+`) VALUES (`+placeholders(1, 11)+`)`,
+		l.Name, l.Enum, l.Generation, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Shadow, w.now, w.now)
 	switch violated(err) {
 	case "":
 	case limitsEnumKey:
@@ -187,6 +180,69 @@ func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Lim
 	err = w.audit(ctx, auditEntry{entity: entityLimit, entityID: l.Name, action: limiter.ActionCreate,
 		limitName: l.Name, after: toLimitDoc(l)})
 	return l, created, err
+}
+
+// giveEnum picks the enum of a new limit called name, records it in the
+// enums table and returns it with its generation. enum is the one asked
+// for, 0 for none: then a catalogue name gets its catalogue number, any
+// other name the lowest number from limiter.FirstAssignedEnum up that was
+// never given.
+//
+// An enum is given once: a deleted limit's enum stays retired, so that no
+// other limit ever finds its buckets. The exception is a catalogue number,
+// which only its own name may hold: that name gets it again, in a new
+// generation, which keeps the old buckets out of reach all the same.
+// Writers are serialised (see lockWrites), so nothing can give the number
+// between the reads and the writes here.
+func (w *writeTx) giveEnum(ctx context.Context, name string, enum int) (int, int, error) {
+	if msg := limiter.CatalogueProblem(name, enum); msg != "" {
+		return 0, 0, enumError(msg)
+	}
+	if enum == 0 {
+		enum, _, _ = limiter.Catalogued(name)
+	}
+	if enum == 0 {
+		// Computed in 64 bits, so that the number after the largest enum
+		// does not overflow Postgres's integer.
+		var next int64
+		err := w.queryRow(ctx, []any{&next}, `
+			SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM enums WHERE enum = $1) THEN $1
+				ELSE (SELECT MIN(CAST(e.enum AS bigint)) + 1 FROM enums e
+					WHERE e.enum >= $1 AND NOT EXISTS (SELECT 1 FROM enums n WHERE n.enum = CAST(e.enum AS bigint) + 1))
+			END`, limiter.FirstAssignedEnum)
+		if err != nil {
+			return 0, 0, err
+		}
+		if next > int64(w.d.maxEnum) {
+			return 0, 0, enumError(fmt.Sprintf("no enum is left: every number from %d to %d was given", limiter.FirstAssignedEnum, w.d.maxEnum))
+		}
+		enum = int(next)
+	}
+	var owner string
+	var generation int
+	var live bool
+	err := w.queryRow(ctx, []any{&owner, &generation, &live}, `
+		SELECT name, generation, EXISTS (SELECT 1 FROM limits WHERE enum = $1) FROM enums WHERE enum = $1`, enum)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return enum, 1, w.exec(ctx, `INSERT INTO enums (enum, name, generation) VALUES ($1, $2, 1)`, enum, name)
+	case err != nil:
+		return 0, 0, err
+	case live:
+		return 0, 0, conflictf("enum %d is taken by limit %q", enum, owner)
+	case limiter.CatalogueName(enum) != name:
+		return 0, 0, enumError(fmt.Sprintf("%d was the enum of limit %s, which was deleted; an enum is never given twice, so that no limit finds the buckets of another", enum, owner))
+	}
+	err = w.queryRow(ctx, []any{&generation}, `
+		UPDATE enums SET name = $2, generation = generation + 1 WHERE enum = $1 RETURNING generation`, enum, name)
+	return enum, generation, err
+}
+
+// enumError is a 422 naming the enum.
+func enumError(msg string) error {
+	ve := &limiter.ValidationError{}
+	ve.Add("enum", msg)
+	return ve
 }
 
 // DeleteLimit deletes the limit called name. While overrides or rules

@@ -91,18 +91,31 @@ func getOverride(ctx context.Context, d *DB, q queryer, id string) (limiter.Over
 	return r.override(), nil
 }
 
-// CreateOverride stores a new override of o.Limit for o.BucketID, which the
-// caller has canonicalised and validated, and returns it with its ID,
-// Version 1, timestamps and UpdatedBy set. An override of the same bucket is
-// a conflict and an unknown limit is not found, both as the constraints
-// report them. An unlimited override keeps no parameters.
+// CreateOverride stores a new override of o.Limit for o.BucketID, which
+// it canonicalises by the limit's id format, and returns it with its ID,
+// Version 1, timestamps and UpdatedBy set. The limit is read in the
+// transaction that writes the override, under the write lock, so that no
+// change of its id format can come between; an id the format refuses is a
+// *limiter.ValidationError naming bucket_id. An override of the same bucket
+// is a conflict and an unknown limit is not found. An unlimited override
+// keeps no parameters.
 func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error) {
 	err := d.write(ctx, actor, func(w *writeTx) error {
+		l, err := getLimit(ctx, d, w.tx, o.Limit)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFoundf("limit %q not found", o.Limit)
+		}
+		if err != nil {
+			return err
+		}
+		if fe := o.Normalize(l); len(fe) > 0 {
+			return &limiter.ValidationError{Fields: fe}
+		}
 		o.ID = d.ids.next(w.now)
 		o.Version, o.CreatedAt, o.UpdatedAt, o.UpdatedBy = 1, w.now, w.now, actor
 		o = stored(o)
 		r := toOverrideRow(o)
-		err := w.exec(ctx, `INSERT INTO overrides (`+overrideColumns+`) VALUES (`+placeholders(1, 14)+`)`, r.args()...)
+		err = w.exec(ctx, `INSERT INTO overrides (`+overrideColumns+`) VALUES (`+placeholders(1, 14)+`)`, r.args()...)
 		switch violated(err) {
 		case overridesLimitBucketKey:
 			return conflictf("an override of limit %q for bucket %q already exists", o.Limit, o.BucketID)

@@ -94,11 +94,10 @@ func (p *postgres) engine() string { return "postgres" }
 // makes the read-check-write steps of PutLimit and UpdateOverride atomic.
 //
 // The cost is one more round trip per write transaction, and writes that
-// no longer overlap or share a WAL flush. BenchmarkWriteLock (Postgres 15,
-// 2 CPUs, a one-insert transaction) measured about 1,300 against 1,800
-// transactions a second for one writer, and 600 to 930 against 1,850 to
-// 2,200 for eight. Writes are administrative and rare next to decisions,
-// which never touch SQL, so a sound change log is worth that.
+// no longer overlap or share a WAL flush (BenchmarkWriteLock measures it;
+// docs/performance.md has the figures). Writes are administrative and rare
+// next to decisions, which never touch SQL, so a sound change log is worth
+// that.
 //
 // A writer whose connection stalls keeps the lock until Postgres ends its
 // session: idle_in_transaction_session_timeout (set in openPostgres) ends

@@ -187,6 +187,8 @@ func sqliteConstraint(msg string) string {
 		return overridesLimitBucketKey
 	case "tokens.hash":
 		return tokensHashKey
+	case "tokens.name":
+		return tokensLiveNameKey
 	}
 	return detail
 }

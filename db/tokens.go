@@ -10,6 +10,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
+// tokensLiveNameKey is the unique index on the names of live tokens.
+const tokensLiveNameKey = "tokens_live_name_key"
+
 // tokenRow is a row of the tokens table.
 type tokenRow struct {
 	ID        string
@@ -80,13 +83,26 @@ func (w *writeTx) createToken(ctx context.Context, t *auth.Token) error {
 	t.ID, t.CreatedAt, t.RevokedAt = w.d.ids.next(w.now), w.now, time.Time{}
 	err := w.exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES ($1, $2, $3, $4, $5, NULL)`,
 		t.ID, t.Name, string(t.Scope), t.Hash, t.CreatedAt)
-	if violated(err) == tokensHashKey {
+	switch violated(err) {
+	case tokensHashKey:
 		return conflictf("a token with the same secret already exists")
+	case tokensLiveNameKey:
+		return conflictf("a token named %q already exists; revoke it or choose another name", t.Name)
 	}
 	if err != nil {
 		return err
 	}
 	return w.audit(ctx, auditEntry{entity: entityToken, entityID: t.ID, action: limiter.ActionCreate, after: toTokenDoc(*t)})
+}
+
+// GetToken returns the token with the id, revoked or not.
+func (d *DB) GetToken(ctx context.Context, id string) (auth.Token, error) {
+	var r tokenRow
+	err := d.fail(ctx, d.reader.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = $1`, id).Scan(r.dest()...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return auth.Token{}, notFoundf("token %q not found", id)
+	}
+	return r.token(), err
 }
 
 // ListTokens returns every token, revoked ones included, oldest first.

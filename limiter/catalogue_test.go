@@ -42,3 +42,25 @@ func TestCatalogued(t *testing.T) {
 		}
 	}
 }
+
+func TestCatalogueProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		enum int
+		ok   bool
+	}{
+		{"NewOrdersPerAccount", 0, true},
+		{"NewOrdersPerAccount", 3, true},
+		{"NewOrdersPerAccount", 4, false},
+		{"NewOrdersPerAccount", 100, false},
+		{"MyLimit", 3, false},
+		{"MyLimit", 9, false},
+		{"MyLimit", 10, true},
+		{"MyLimit", 0, true},
+		{"newordersperaccount", 3, false},
+	} {
+		if got := limiter.CatalogueProblem(tc.name, tc.enum); (got == "") != tc.ok {
+			t.Errorf("CatalogueProblem(%q, %d) = %q; want ok %v", tc.name, tc.enum, got, tc.ok)
+		}
+	}
+}

@@ -22,6 +22,10 @@ const (
 	Spend
 	// Refund gives the cost back to every bucket, never past full.
 	Refund
+	// Settle charges what requests really cost once that is known: it
+	// gives back what was reserved beyond it, or charges the excess even
+	// past empty, up to one burst of debt.
+	Settle
 )
 
 // String returns the lower-case name used in metrics and logs.
@@ -33,6 +37,8 @@ func (o Op) String() string {
 		return "spend"
 	case Refund:
 		return "refund"
+	case Settle:
+		return "settle"
 	}
 	return "unknown"
 }
@@ -57,13 +63,22 @@ const Never time.Duration = -1
 
 // Outcome is what the GCRA says about one bucket.
 type Outcome struct {
-	// Allowed reports that a spend or check may proceed, or that a refund
-	// gave something back.
+	// Allowed reports that a spend or check may proceed, that a refund
+	// gave something back, or that a settle was applied (always, but on a
+	// blocked bucket).
 	Allowed bool
 	// Reason is empty when Allowed, and for refunds.
 	Reason Reason
 	// Remaining is the number of whole tokens left after the request.
 	Remaining int64
+	// Debt is the number of tokens owed beyond empty after the request,
+	// rounded up, so that it is 0 exactly when the bucket is not in debt.
+	// A settle puts a bucket at most one burst into debt; a lowered limit
+	// can leave more.
+	Debt int64
+	// Capped reports that a settle charged less than its excess, because
+	// the rest would have put the bucket more than one burst into debt.
+	Capped bool
 	// RetryAfter is zero when allowed, Never when the request can never
 	// succeed, else the time until this cost would be allowed.
 	RetryAfter time.Duration
@@ -86,6 +101,7 @@ func SpendStep(tat, now int64, r Rate, cost int64) (int64, Outcome) {
 		return tat, Outcome{
 			Reason:     ReasonCostExceedsBurst,
 			Remaining:  tokens(offset-ahead, r.Interval),
+			Debt:       owed(ahead-offset, r.Interval),
 			RetryAfter: Never,
 			ResetAfter: micros(ahead),
 		}
@@ -95,6 +111,7 @@ func SpendStep(tat, now int64, r Rate, cost int64) (int64, Outcome) {
 		return tat, Outcome{
 			Reason:     ReasonLimited,
 			Remaining:  tokens(offset-ahead, r.Interval),
+			Debt:       owed(ahead-offset, r.Interval),
 			RetryAfter: micros(next - now - offset),
 			ResetAfter: micros(ahead),
 		}
@@ -114,14 +131,114 @@ func RefundStep(tat, now int64, r Rate, cost int64) (int64, Outcome) {
 	t := max(tat, now)
 	ahead := t - now
 	if cost <= 0 || ahead == 0 || r.Burst == 0 {
-		return tat, Outcome{Remaining: tokens(r.Offset()-ahead, r.Interval), ResetAfter: micros(ahead)}
+		return tat, held(ahead, r, Outcome{})
 	}
 	next := now
 	// Compare in tokens first so that cost·T cannot overflow.
 	if cost < (ahead+r.Interval-1)/r.Interval {
 		next = t - cost*r.Interval
 	}
-	return next, Outcome{Allowed: true, Remaining: tokens(r.Offset()-(next-now), r.Interval), ResetAfter: micros(next - now)}
+	return next, held(next-now, r, Outcome{Allowed: true})
+}
+
+// SettleStep settles a request that reserved tokens up front and used
+// actual, both at least 0, on a bucket whose stored TAT is tat. Using less
+// gives the difference back as RefundStep does; using more charges the
+// excess even past empty, so that the bucket goes into debt, but never
+// beyond now + 2·burst·T: the rest is dropped and the outcome Capped. A
+// settle is allowed on any bucket but a blocked one (burst 0), which it
+// leaves alone. It returns the TAT to store, tat itself when nothing
+// changes, and the outcome.
+func SettleStep(tat, now int64, r Rate, reserved, actual int64) (int64, Outcome) {
+	if r.Burst == 0 {
+		return tat, Outcome{Reason: ReasonBlocked, RetryAfter: Never}
+	}
+	if actual < reserved {
+		next, out := RefundStep(tat, now, r, reserved-actual)
+		out.Allowed = true
+		return next, out
+	}
+	t := max(tat, now)
+	next, capped := tat, false
+	if excess := actual - reserved; excess > 0 {
+		limit := now + 2*r.Offset()
+		switch {
+		case t >= limit:
+			// Already a burst in debt, or more after a lowered limit:
+			// nothing more is charged, and the TAT never moves back.
+			capped = true
+		case excess > (limit-t)/r.Interval: // excess·T > limit - t, without overflow
+			next, capped = limit, true
+		default:
+			next = t + excess*r.Interval
+		}
+	}
+	return next, held(max(next, now)-now, r, Outcome{Allowed: true, Capped: capped})
+}
+
+// held fills in what a bucket whose TAT runs ahead of now holds.
+func held(ahead int64, r Rate, out Outcome) Outcome {
+	out.Remaining = tokens(r.Offset()-ahead, r.Interval)
+	out.Debt = owed(ahead-r.Offset(), r.Interval)
+	out.ResetAfter = micros(ahead)
+	return out
+}
+
+// StepBatch applies op's step at now to every bucket of a batch whose TATs
+// a store has just read into Bucket.TAT, and sets each bucket's Next and
+// Outcome. It reports whether the batch is to be written: always for
+// Refund and Settle, never for Check, and for Spend when every bucket that
+// is not Shadow allows its cost. A batch that is not written keeps its
+// TATs (Next is TAT); when a bucket outside shadow limits denies it, the
+// buckets that allowed their cost report what they hold, since the batch
+// as a whole spends nothing. Every Store decides with it, so that
+// each bucket's step is computed once.
+func StepBatch(op Op, now int64, batch []Bucket) bool {
+	for i := range batch {
+		b := &batch[i]
+		switch op {
+		case Refund:
+			b.Next, b.Outcome = RefundStep(b.TAT, now, b.Rate, b.Cost)
+		case Settle:
+			b.Next, b.Outcome = SettleStep(b.TAT, now, b.Rate, b.Reserved, b.Cost)
+		default:
+			b.Next, b.Outcome = SpendStep(b.TAT, now, b.Rate, b.Cost)
+		}
+	}
+	within := op == Refund || op == Settle || within(batch)
+	if op == Refund || op == Settle || op == Spend && within {
+		return true
+	}
+	for i := range batch {
+		b := &batch[i]
+		b.Next = b.TAT
+		if !within {
+			b.Outcome = unspent(b.Outcome, b.Cost, b.Rate)
+		}
+	}
+	return false
+}
+
+// within reports whether every bucket outside shadow limits allows its
+// cost.
+func within(batch []Bucket) bool {
+	for i := range batch {
+		if !batch[i].Outcome.Allowed && !batch[i].Shadow {
+			return false
+		}
+	}
+	return true
+}
+
+// unspent turns the outcome of a spend that its bucket allowed, but that
+// was not made, into what the bucket holds: the cost is still there.
+func unspent(out Outcome, cost int64, r Rate) Outcome {
+	if !out.Allowed {
+		return out
+	}
+	out.Remaining += cost
+	out.ResetAfter -= micros(cost * r.Interval)
+	return out
 }
 
 // tokens converts the room left in a bucket into whole tokens, never
@@ -132,6 +249,15 @@ func tokens(room, interval int64) int64 {
 		return 0
 	}
 	return room / interval
+}
+
+// owed converts how far a TAT runs beyond empty into whole tokens, rounded
+// up, never negative.
+func owed(beyond, interval int64) int64 {
+	if beyond <= 0 {
+		return 0
+	}
+	return (beyond + interval - 1) / interval
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -24,6 +24,12 @@ func (b *bucketOf) spend(now, cost int64) limiter.Outcome {
 	return out
 }
 
+func (b *bucketOf) settle(now, reserved, actual int64) limiter.Outcome {
+	var out limiter.Outcome
+	b.tat, out = limiter.SettleStep(b.tat, now, b.rate, reserved, actual)
+	return out
+}
+
 func want(t *testing.T, what string, got, want limiter.Outcome) {
 	t.Helper()
 	if got != want {
@@ -80,8 +86,10 @@ func TestSpendEdges(t *testing.T) {
 		{"blocked", 0, limiter.Rate{Interval: 100_000}, 1, 0, limiter.Outcome{Reason: limiter.ReasonBlocked, RetryAfter: limiter.Never}},
 		{"blocked, cost 0", 0, limiter.Rate{Interval: 100_000}, 0, 0, limiter.Outcome{Allowed: true}},
 		{"a stale TAT counts as full", now - 5_000_000, r, 1, now + 100_000, limiter.Outcome{Allowed: true, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
-		{"a TAT beyond a lowered burst leaves no remaining", now + 5_000_000, r, 1, now + 5_000_000,
-			limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 4100 * time.Millisecond, ResetAfter: 5 * time.Second}},
+		{"a TAT beyond a lowered burst leaves no remaining, and a debt", now + 5_000_000, r, 1, now + 5_000_000,
+			limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 40, RetryAfter: 4100 * time.Millisecond, ResetAfter: 5 * time.Second}},
+		{"cost 0 on a bucket in debt, after its limit was lowered", now + 5_000_000, r, 0, now + 5_000_000,
+			limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 40, RetryAfter: 4 * time.Second, ResetAfter: 5 * time.Second}},
 		{"a partial token does not count", now + 250_000, r, 8, now + 250_000,
 			limiter.Outcome{Reason: limiter.ReasonLimited, Remaining: 7, RetryAfter: 50 * time.Millisecond, ResetAfter: 250 * time.Millisecond}},
 	}
@@ -117,6 +125,92 @@ func TestRefundEdges(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			next, out := limiter.RefundStep(tc.tat, now, r, tc.cost)
+			if next != tc.next {
+				t.Errorf("next TAT %d, want %d", next, tc.next)
+			}
+			want(t, "outcome", out, tc.out)
+		})
+	}
+}
+
+// TestSettleStory: a language-model gateway with a budget of 100,000
+// tokens a minute (burst 100,000, so T = 600µs) reserves 1,000 tokens per
+// request up front and settles with what the request really used.
+func TestSettleStory(t *testing.T) {
+	c := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixMicro()}
+	b := &bucketOf{rate: limiter.Params{Burst: 100_000, Count: 100_000, Period: time.Minute}.Rate()}
+	const ms = time.Millisecond
+
+	want(t, "reserving 1,000 leaves 99,000",
+		b.spend(c.now, 1_000), limiter.Outcome{Allowed: true, Remaining: 99_000, ResetAfter: 600 * ms})
+	want(t, "using 30,000 charges the other 29,000",
+		b.settle(c.now, 1_000, 30_000), limiter.Outcome{Allowed: true, Remaining: 70_000, ResetAfter: 18 * time.Second})
+	for _, left := range []int64{40_000, 10_000} {
+		b.spend(c.now, 1_000)
+		want(t, "another request of 30,000",
+			b.settle(c.now, 1_000, 30_000), limiter.Outcome{Allowed: true, Remaining: left, ResetAfter: time.Duration(100_000-left) * 600 * time.Microsecond})
+	}
+	want(t, "the fourth reservation still fits",
+		b.spend(c.now, 1_000), limiter.Outcome{Allowed: true, Remaining: 9_000, ResetAfter: 54_600 * ms})
+	want(t, "120,000 used of 100,000: its 30,000 put the bucket 20,000 into debt",
+		b.settle(c.now, 1_000, 30_000), limiter.Outcome{Allowed: true, Debt: 20_000, ResetAfter: 72 * time.Second})
+	want(t, "a spend is denied until the debt and its own token are paid",
+		b.spend(c.now, 1), limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 20_000, RetryAfter: 12_000_600 * time.Microsecond, ResetAfter: 72 * time.Second})
+	want(t, "a check of cost 0 is denied too, and tells when the debt is paid",
+		b.spend(c.now, 0), limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 20_000, RetryAfter: 12 * time.Second, ResetAfter: 72 * time.Second})
+	c.advance(6 * time.Second)
+	want(t, "half-way the debt is halved",
+		b.spend(c.now, 0), limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 10_000, RetryAfter: 6 * time.Second, ResetAfter: 66 * time.Second})
+	c.advance(6 * time.Second)
+	want(t, "paid off, the bucket is empty: a check passes",
+		b.spend(c.now, 0), limiter.Outcome{Allowed: true, ResetAfter: time.Minute})
+	want(t, "but a spend waits for its token",
+		b.spend(c.now, 1), limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 600 * time.Microsecond, ResetAfter: time.Minute})
+	c.advance(600 * time.Microsecond)
+	want(t, "which comes 600µs later",
+		b.spend(c.now, 1), limiter.Outcome{Allowed: true, ResetAfter: time.Minute})
+	want(t, "a request that used 1,000,000 without a reservation is capped at one burst of debt",
+		b.settle(c.now, 0, 1_000_000), limiter.Outcome{Allowed: true, Capped: true, Debt: 100_000, ResetAfter: 2 * time.Minute})
+	want(t, "at the cap, more usage charges nothing",
+		b.settle(c.now, 0, 1), limiter.Outcome{Allowed: true, Capped: true, Debt: 100_000, ResetAfter: 2 * time.Minute})
+	want(t, "a request that used nothing of its 50,000 gives them back",
+		b.settle(c.now, 50_000, 0), limiter.Outcome{Allowed: true, Debt: 50_000, ResetAfter: 90 * time.Second})
+	want(t, "using what was reserved changes nothing",
+		b.settle(c.now, 7, 7), limiter.Outcome{Allowed: true, Debt: 50_000, ResetAfter: 90 * time.Second})
+}
+
+func TestSettleEdges(t *testing.T) {
+	now := int64(1_000_000_000_000)
+	r := limiter.Params{Burst: 10, Count: 10, Period: time.Second}.Rate()
+	tests := []struct {
+		name             string
+		tat              int64
+		rate             limiter.Rate
+		reserved, actual int64
+		next             int64
+		out              limiter.Outcome
+	}{
+		{"a blocked bucket is left alone", now + 5, limiter.Rate{Interval: 100_000}, 0, 5, now + 5,
+			limiter.Outcome{Reason: limiter.ReasonBlocked, RetryAfter: limiter.Never}},
+		{"a full bucket given back is still allowed", 0, r, 5, 0, 0, limiter.Outcome{Allowed: true, Remaining: 10}},
+		{"a stale TAT counts from now", now - 5_000_000, r, 0, 3, now + 300_000,
+			limiter.Outcome{Allowed: true, Remaining: 7, ResetAfter: 300 * time.Millisecond}},
+		{"exactly one burst of debt is not capped", now, r, 0, 20, now + 2_000_000,
+			limiter.Outcome{Allowed: true, Debt: 10, ResetAfter: 2 * time.Second}},
+		{"one token more is", now, r, 0, 21, now + 2_000_000,
+			limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second}},
+		{"the largest excess cannot overflow", now + 500_000, r, 0, 1<<63 - 1, now + 2_000_000,
+			limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second}},
+		{"the largest refund cannot overflow", now + 1_500_000, r, 1<<63 - 1, 0, now,
+			limiter.Outcome{Allowed: true, Remaining: 10}},
+		{"a TAT beyond the cap, after a lowered limit, never moves back", now + 5_000_000, r, 0, 1, now + 5_000_000,
+			limiter.Outcome{Allowed: true, Capped: true, Debt: 40, ResetAfter: 5 * time.Second}},
+		{"a partial token of debt counts as one", now + 1_050_000, r, 0, 0, now + 1_050_000,
+			limiter.Outcome{Allowed: true, Debt: 1, ResetAfter: 1050 * time.Millisecond}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			next, out := limiter.SettleStep(tc.tat, now, tc.rate, tc.reserved, tc.actual)
 			if next != tc.next {
 				t.Errorf("next TAT %d, want %d", next, tc.next)
 			}

@@ -178,6 +178,7 @@ const (
 	errNumericTLD   idError = "top-level label must not be all digits"
 	errIsIP         idError = "an IP address is not a domain name"
 	errIDNA         idError = "not a valid internationalised domain name"
+	errALabel       idError = "an xn-- label must be the canonical encoding of a name"
 	errNotCIDR      idError = "not a DNS name, IP address or prefix"
 	errIPv4Bits     idError = "IPv4 prefix must be /32"
 	errIPv6Bits     idError = "IPv6 prefix must be /64"
@@ -286,14 +287,16 @@ func canonicalRegID(id string) (string, error) {
 // dot. A name that is already in that form is recognised by one scan and
 // returned as is; only other names pay for lower-casing and IDNA mapping.
 //
-// Labels already in A-label form (xn--) are not decoded to check their
-// Punycode: a bucket id is never resolved, it only has to be written one way,
-// and decoding would cost an allocation on every decision for such names. A
-// name that also holds non-ASCII labels goes through idna whole, which is
-// stricter with its other labels (Punycode, "--" in third and fourth place);
-// such a name is refused, never given a second canonical form.
+// A name is written one way only: a label in A-label form (xn--) must be
+// the one its Unicode form encodes to (see checkALabels). A name that also
+// holds non-ASCII labels goes through idna whole, which is stricter with
+// its other labels ("--" in third and fourth place); such a name is
+// refused, never given a second canonical form.
 func canonicalDomain(id string) (string, error) {
 	if checkName(id) == nil {
+		if err := checkALabels(id); err != nil {
+			return "", err
+		}
 		return id, nil
 	}
 	name, err := normaliseName(id)
@@ -335,7 +338,35 @@ func normaliseName(id string) (string, error) {
 	if err := checkName(s); err != nil {
 		return "", err
 	}
+	if err := checkALabels(s); err != nil {
+		return "", err
+	}
 	return s, nil
+}
+
+// checkALabels refuses an A-label (xn--) of canonical name s that does not
+// round-trip: decoded to Unicode and encoded again, it must give the same
+// label. Otherwise invalid Punycode (xn--zz) and the encoding of a name in
+// no normal form (xn--bucher-xyd, "u" and a combining diaeresis) would be
+// buckets apart from the name they stand for (xn--bcher-kva). Only names
+// with an A-label pay for the decoding.
+func checkALabels(s string) error {
+	if !strings.Contains(s, "xn--") {
+		return nil
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if !strings.HasPrefix(label, "xn--") {
+			continue
+		}
+		u, err := idna.Lookup.ToUnicode(label)
+		if err != nil {
+			return errALabel
+		}
+		if a, err := idna.Lookup.ToASCII(u); err != nil || a != label {
+			return errALabel
+		}
+	}
+	return nil
 }
 
 // checkName reports why s is not a canonical DNS name, or nil when it is one:

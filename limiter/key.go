@@ -6,8 +6,17 @@ import (
 	"strconv"
 )
 
-// keyPrefix is "<enum>:", the part of a bucket key that names its limit.
-func keyPrefix(enum int) string { return strconv.Itoa(enum) + ":" }
+// keyPrefix is the part of a bucket key that names its limit: "<enum>:"
+// for the first limit given the enum, "<enum>.<generation>:" for a later
+// one, so that a limit created again never inherits the buckets of the
+// deleted one. The first generation keeps the plain form, which keys had
+// before generations existed, so that upgrading keeps every bucket.
+func keyPrefix(enum, generation int) string {
+	if generation <= 1 {
+		return strconv.Itoa(enum) + ":"
+	}
+	return strconv.Itoa(enum) + "." + strconv.Itoa(generation) + ":"
+}
 
 // bucketKey joins a limit's key prefix and a canonical bucket id into the
 // key that names the bucket in the snapshot and in the stores, for example

@@ -24,8 +24,13 @@ var ErrNoSnapshot = fmt.Errorf("no snapshot of limits loaded yet: %w", ErrUnavai
 type Request struct {
 	Limit    string
 	BucketID string
-	// Cost is the number of tokens; 0 inspects the bucket.
+	// Cost is the number of tokens; 0 inspects the bucket. For a settle it
+	// is what the request really used, so that a spend and its settle name
+	// the same tokens with the same field.
 	Cost int64
+	// Reserved is, for a settle, what the request's spend took up front.
+	// Other operations ignore it.
+	Reserved int64
 }
 
 // Decision is the answer for one bucket of a batch. In a spend that is
@@ -164,7 +169,7 @@ func (sc *scratch) key(i int) []byte {
 // naming every bad field; a failing store gives an error wrapping
 // ErrUnavailable, unless the Limiter fails open.
 func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decision) (Result, error) {
-	if op != Check && op != Spend && op != Refund {
+	if op != Check && op != Spend && op != Refund && op != Settle {
 		return Result{}, fmt.Errorf("unknown operation %d", op)
 	}
 	snap := l.snap.Load()
@@ -193,40 +198,31 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 	}
-	nowUS := now.UnixMicro()
 	for i, p := range sc.pos {
-		if p < 0 {
-			continue
+		if p >= 0 {
+			decisions[i].Outcome = sc.batch[p].Outcome
 		}
-		b := &sc.batch[p]
-		if op == Refund {
-			_, decisions[i].Outcome = RefundStep(b.TAT, nowUS, b.Rate, b.Cost)
-		} else {
-			_, decisions[i].Outcome = SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
+	}
+	if localDenial && (op == Spend || op == Check) && within(sc.batch) {
+		// A bucket decided here denies the spend or check, which the
+		// store did not see: its buckets that allow their cost report
+		// what they hold, as StepBatch reports a denied batch.
+		for i, p := range sc.pos {
+			if p >= 0 {
+				b := &sc.batch[p]
+				decisions[i].Outcome = unspent(b.Outcome, b.Cost, b.Rate)
+			}
 		}
 	}
 	res := summarize(decisions)
-	if op != Refund && !res.Allowed {
-		// A denied batch spends nothing: the buckets that would have
-		// allowed their cost report what they hold, not what the spend
-		// would have left them.
-		for i, p := range sc.pos {
-			if p >= 0 && decisions[i].Allowed {
-				b := &sc.batch[p]
-				_, held := SpendStep(b.TAT, nowUS, b.Rate, 0)
-				decisions[i].Remaining, decisions[i].ResetAfter = held.Remaining, held.ResetAfter
-			}
-		}
-		res = summarize(decisions)
-	}
-	l.updateDenied(op, res.Allowed && storeOp == Spend, nowUS, sc.batch)
+	l.updateDenied(op, now.UnixMicro(), sc.batch)
 	return res, nil
 }
 
-// updateDenied tells the denied cache what the store said. A bucket's TAT
-// after the call is what the store read, or the step's new TAT when a
-// spend was committed.
-func (l *Limiter) updateDenied(op Op, committed bool, nowUS int64, batch []Bucket) {
+// updateDenied tells the denied cache the TAT of every bucket after the
+// call. Those of a refund are forgotten instead: a refund makes a bucket
+// fuller, and the cache only holds empty ones.
+func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket) {
 	if l.denied == nil {
 		return
 	}
@@ -236,25 +232,12 @@ func (l *Limiter) updateDenied(op Op, committed bool, nowUS int64, batch []Bucke
 			l.denied.forget(b.Key)
 			continue
 		}
-		tat := b.TAT
-		if committed {
-			tat, _ = SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
-		}
-		l.denied.remember(b.Key, tat, nowUS, b.Rate)
+		l.denied.remember(b.Key, b.Next, nowUS, b.Rate)
 	}
 }
 
 func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket) error {
-	var err error
-	switch op {
-	case Spend:
-		err = l.store.Spend(ctx, now, batch)
-	case Refund:
-		err = l.store.Refund(ctx, now, batch)
-	default:
-		err = l.store.Read(ctx, batch)
-	}
-	if err != nil {
+	if _, err := l.store.Apply(ctx, op, now, batch); err != nil {
 		l.storeErrors.Add(1)
 		if !l.storeDown.Swap(true) {
 			l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
@@ -298,8 +281,14 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 	nowUS := now.UnixMicro()
 	for i, req := range reqs {
 		field := func(name string) string { return "buckets[" + strconv.Itoa(i) + "]" + name }
-		if req.Cost < 0 {
+		switch {
+		case op == Settle && req.Cost < 0:
+			ve.Add(field(".actual"), "must be at least 0")
+		case req.Cost < 0:
 			ve.Add(field(".cost"), "must be at least 0")
+		}
+		if op == Settle && req.Reserved < 0 {
+			ve.Add(field(".reserved"), "must be at least 0")
 		}
 		r, buf, err := snap.resolve(sc.buf, req.Limit, req.BucketID, nowUS)
 		if err != nil {
@@ -328,14 +317,15 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 		switch {
 		case r.Source == SourceUnlimited:
 			d.Outcome = Outcome{Allowed: true, Remaining: r.Params.Burst}
-		case r.Params.Burst == 0 && op == Refund:
-			_, d.Outcome = RefundStep(0, nowUS, rate, req.Cost)
 		case r.Params.Burst == 0:
-			_, d.Outcome = SpendStep(0, nowUS, rate, req.Cost)
+			// A blocked bucket holds nothing a store could change.
+			b := [1]Bucket{{Rate: rate, Cost: req.Cost, Reserved: req.Reserved}}
+			StepBatch(op, nowUS, b[:])
+			d.Outcome = b[0].Outcome
 		case (op == Spend || op == Check) && l.denied.deny(key, nowUS, rate, req.Cost, &d.Outcome):
 		default:
 			sc.pos = append(sc.pos, len(sc.batch))
-			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Shadow: r.Limit.Shadow})
+			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Reserved: req.Reserved, Shadow: r.Limit.Shadow})
 			continue
 		}
 		sc.pos = append(sc.pos, -1)

@@ -32,25 +32,11 @@ func (s *countingStore) call() error {
 	return nil
 }
 
-func (s *countingStore) Spend(ctx context.Context, now time.Time, b []limiter.Bucket) error {
+func (s *countingStore) Apply(ctx context.Context, op limiter.Op, now time.Time, b []limiter.Bucket) (bool, error) {
 	if err := s.call(); err != nil {
-		return err
+		return false, err
 	}
-	return s.Store.Spend(ctx, now, b)
-}
-
-func (s *countingStore) Refund(ctx context.Context, now time.Time, b []limiter.Bucket) error {
-	if err := s.call(); err != nil {
-		return err
-	}
-	return s.Store.Refund(ctx, now, b)
-}
-
-func (s *countingStore) Read(ctx context.Context, b []limiter.Bucket) error {
-	if err := s.call(); err != nil {
-		return err
-	}
-	return s.Store.Read(ctx, b)
+	return s.Store.Apply(ctx, op, now, b)
 }
 
 // fixture is a Limiter on a memstore with a fake clock.
@@ -301,5 +287,77 @@ func TestConcurrentSpendsAdmitExactlyTheBurst(t *testing.T) {
 	wg.Wait()
 	if got := allowed.Load(); got != 300 {
 		t.Fatalf("admitted %d, want exactly the burst of 300", got)
+	}
+}
+
+func settleReq(limit, id string, reserved, actual int64) limiter.Request {
+	return limiter.Request{Limit: limit, BucketID: id, Cost: actual, Reserved: reserved}
+}
+
+// TestSettle: a settle applies every bucket it can in one store call, even
+// beside a blocked bucket, which it leaves alone and which alone makes the
+// batch not allowed; unlimited buckets are unchanged.
+func TestSettle(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	res := f.decide(t, limiter.Settle,
+		settleReq("MailsPerAddress", "b@example.com", 0, 1),
+		settleReq("NewOrdersPerAccount", "9", 0, 50),
+		settleReq("NewOrdersPerAccount", "666", 0, 1),
+		settleReq("Shadowed", "1", 0, 2))
+	d := res.Decisions
+	switch {
+	case res.Allowed:
+		t.Errorf("a settle with a blocked bucket was allowed: %+v", res)
+	case !d[0].Allowed || d[0].Remaining != 4:
+		t.Errorf("the charged bucket: %+v", d[0])
+	case !d[1].Allowed || d[1].Source != limiter.SourceUnlimited || d[1].Remaining != 300:
+		t.Errorf("the unlimited bucket: %+v", d[1])
+	case d[2].Allowed || d[2].Reason != limiter.ReasonBlocked:
+		t.Errorf("the blocked bucket: %+v", d[2])
+	case !d[3].Allowed || d[3].Debt != 1 || !d[3].Shadow:
+		t.Errorf("the shadow bucket: %+v", d[3])
+	}
+	if n := f.store.calls.Load(); n != 1 {
+		t.Errorf("a settle made %d store calls, want 1", n)
+	}
+	if got := f.decide(t, limiter.Check, req("MailsPerAddress", "b@example.com", 0)).Decisions[0].Remaining; got != 4 {
+		t.Errorf("after the settle the bucket holds %d, want 4", got)
+	}
+}
+
+// TestSettleFieldErrors: negative amounts are named as the REST API names
+// them, and nothing reaches the store.
+func TestSettleFieldErrors(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	_, err := f.l.Decide(context.Background(), limiter.Settle, []limiter.Request{settleReq("MailsPerAddress", "a@example.com", -1, -1)}, nil)
+	var ve *limiter.ValidationError
+	if !errors.As(err, &ve) || len(ve.Fields) != 2 || ve.Fields[0].Field != "buckets[0].actual" || ve.Fields[1].Field != "buckets[0].reserved" {
+		t.Fatalf("got %v, want errors on buckets[0].actual and buckets[0].reserved", err)
+	}
+	if n := f.store.calls.Load(); n != 0 {
+		t.Fatalf("an invalid settle made %d store calls", n)
+	}
+}
+
+// TestDebtIsCachedAsADenial: a bucket a settle put into debt is denied
+// from the denied cache, with a retry-after that pays the debt first.
+func TestDebtIsCachedAsADenial(t *testing.T) {
+	f := newFixture(t, limiter.Config{DeniedCacheSize: 64}, testSnapshot(t))
+	// 5 an hour: T = 12 min; 8 used of a full bucket leaves 3 owed.
+	d := f.decide(t, limiter.Settle, settleReq("MailsPerAddress", "a@example.com", 0, 8)).Decisions[0]
+	if !d.Allowed || d.Debt != 3 || d.ResetAfter != 96*time.Minute {
+		t.Fatalf("settle: %+v", d)
+	}
+	calls := f.store.calls.Load()
+	res := f.decide(t, limiter.Spend, req("MailsPerAddress", "a@example.com", 1))
+	if d := res.Decisions[0]; res.Allowed || d.Debt != 3 || d.RetryAfter != 48*time.Minute {
+		t.Fatalf("spend in debt: %+v", res)
+	}
+	res = f.decide(t, limiter.Check, req("MailsPerAddress", "a@example.com", 0))
+	if d := res.Decisions[0]; res.Allowed || d.Debt != 3 || d.RetryAfter != 36*time.Minute {
+		t.Fatalf("check in debt: %+v", res)
+	}
+	if n := f.store.calls.Load(); n != calls {
+		t.Fatalf("the denials made %d store calls, want none", n-calls)
 	}
 }

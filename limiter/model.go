@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,8 +25,13 @@ type Limit struct {
 	Name string
 	// Enum is the small integer the name is interned to in bucket keys. It
 	// never changes, so that stored bucket states stay valid.
-	Enum     int
-	IDFormat IDFormat
+	Enum int
+	// Generation counts the creations of limits with this enum. Enums are
+	// never given to another limit, but a catalogue name deleted and
+	// created again gets its enum again: the generation, part of its bucket
+	// keys, then keeps the new limit from finding the old one's buckets.
+	Generation int
+	IDFormat   IDFormat
 	Params
 	Description string
 	// Shadow limits are computed, counted and reported, but never deny.
@@ -100,7 +106,7 @@ func (o *Override) Normalize(l Limit) []FieldError {
 	return ve.Fields
 }
 
-// nameProblem checks a limit name against ^[A-Za-z][A-Za-z0-9_.-]{0,63}$.
+// NameProblem checks a limit name against ^[A-Za-z][A-Za-z0-9_.-]{0,63}$.
 func NameProblem(name string) string {
 	if name == "" {
 		return "must not be empty"
@@ -124,12 +130,27 @@ func NameProblem(name string) string {
 // ValidName reports whether name is a well-formed limit name.
 func ValidName(name string) bool { return NameProblem(name) == "" }
 
-// TextProblem says what is wrong with a description or comment, "" when
-// nothing is.
-func TextProblem(s string) string {
+// CharProblem says why s cannot be stored as text by every database, ""
+// when it can: Postgres refuses NUL and invalid UTF-8 (SQLSTATE 22021)
+// where SQLite keeps them, so both are refused before any SQL, and both
+// engines answer alike.
+func CharProblem(s string) string {
 	switch {
 	case !utf8.ValidString(s):
 		return "must be valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain NUL"
+	}
+	return ""
+}
+
+// TextProblem says what is wrong with a description or comment, "" when
+// nothing is.
+func TextProblem(s string) string {
+	if msg := CharProblem(s); msg != "" {
+		return msg
+	}
+	switch {
 	case len(s) > maxText:
 		return "must be at most " + strconv.Itoa(maxText) + " bytes"
 	}

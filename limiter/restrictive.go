@@ -2,8 +2,9 @@ package limiter
 
 import "time"
 
-// MostRestrictive picks the decision that rate limit headers describe, -1
-// for none: every front end (REST, Envoy's gRPC) shows the same one. Shadow
+// MostRestrictive picks the decision that the RateLimit headers
+// describe, -1 for none: every front end (REST, Envoy's gRPC) shows the
+// same one. Shadow
 // buckets never restrict and unlimited ones have no limit. Of the denied
 // buckets it is the one with the longest retry-after (one that can never
 // succeed first); when none is denied, the one with the fewest tokens
@@ -46,4 +47,16 @@ func longerRetry(a, b time.Duration) bool {
 		return true
 	}
 	return a > b
+}
+
+// UntilReset is the RateLimit header's t: the draft's reset is when the
+// client may send again, so for a denied bucket it is the time until this
+// cost would be allowed (its section 6 and example B.1.4), and for an
+// allowed one the time until the bucket is full. A bucket that can never
+// take the cost has no such time: it says when the bucket is full.
+func (d *Decision) UntilReset(op Op) time.Duration {
+	if !d.Allowed && op != Refund && d.RetryAfter > 0 && d.RetryAfter != Never {
+		return d.RetryAfter
+	}
+	return d.ResetAfter
 }

@@ -182,7 +182,9 @@ func (s *Snapshot) Builder() *Builder {
 
 // PutLimit adds l or replaces the limit of the same name. A limit's enum and,
 // while it has overrides, its id format never change; the database enforces
-// that, and PutLimit refuses an enum taken by another limit.
+// that, and PutLimit refuses an enum taken by another limit. A replacement
+// with another generation is the limit deleted and created again: its
+// buckets get new keys from here on.
 func (b *Builder) PutLimit(l Limit) error {
 	if fe := l.Validate(); len(fe) > 0 || l.Enum == 0 {
 		return fmt.Errorf("limit %q: %w", l.Name, &ValidationError{Fields: fe})
@@ -194,7 +196,7 @@ func (b *Builder) PutLimit(l Limit) error {
 	if old, ok := b.snap.byName[l.Name]; ok {
 		delete(b.snap.byEnum, old.Enum)
 	}
-	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum)}
+	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
 	b.snap.byName[l.Name] = e
 	b.snap.byEnum[l.Enum] = e
 	return nil

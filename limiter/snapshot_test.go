@@ -236,3 +236,38 @@ func TestAccountWideOverride(t *testing.T) {
 		t.Error("reg_id accepted an id with a colon")
 	}
 }
+
+// TestGenerationsSeparateBuckets re-creates a limit under its enum, as a
+// catalogue name deleted and created again is: its buckets and overrides
+// get other keys than the deleted limit's, and the first generation keeps
+// the keys written before generations existed.
+func TestGenerationsSeparateBuckets(t *testing.T) {
+	first := orders()
+	first.Generation = 1
+	s := build(t, []limiter.Limit{first}, override("NewOrdersPerAccount", "42", 600))
+	if r := resolve(t, s, "NewOrdersPerAccount", "42", t0); r.Key != "3:42" || r.Source != limiter.SourceOverride {
+		t.Fatalf("first generation: key %q, source %s; want 3:42 from the override", r.Key, r.Source)
+	}
+
+	// Deleted and created again between two loads, the limit comes as the
+	// database reports it: among the current limits, not the deleted ones,
+	// after its overrides were deleted.
+	second := orders()
+	second.Generation = 2
+	b := s.Builder()
+	err := b.Apply(limiter.Changes{
+		Version:          3,
+		Limits:           []limiter.Limit{second},
+		DeletedOverrides: []limiter.Override{{Limit: "NewOrdersPerAccount", BucketID: "42"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.Snapshot(3, t0)
+	if r := resolve(t, s2, "NewOrdersPerAccount", "42", t0); r.Key != "3.2:42" || r.Source != limiter.SourceDefault {
+		t.Errorf("second generation: key %q, source %s; want 3.2:42 from the defaults", r.Key, r.Source)
+	}
+	if r := resolve(t, s, "NewOrdersPerAccount", "42", t0); r.Key != "3:42" {
+		t.Errorf("the earlier snapshot changed: key %q", r.Key)
+	}
+}

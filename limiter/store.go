@@ -12,30 +12,36 @@ type Bucket struct {
 	// key copies it, as inserting string(Key) into a map does.
 	Key  []byte
 	Rate Rate
+	// Cost is what a spend, check or refund moves; for a settle, what the
+	// request really used.
 	Cost int64
+	// Reserved is what a settled request took up front; settles only.
+	Reserved int64
 	// Shadow marks a bucket of a shadow limit: it is spent when it allows
 	// its cost, but its denial does not stop the rest of the batch.
 	Shadow bool
 	// TAT is set by the Store: the bucket's TAT in Unix microseconds as it
 	// was before the call, 0 for a bucket it does not hold.
 	TAT int64
+	// Next and Outcome are set by the Store, by StepBatch: the TAT after
+	// the call and the decision on the bucket.
+	Next    int64
+	Outcome Outcome
 }
 
-// Store keeps the TATs of buckets. Each method handles a whole batch in one
-// call, so that a remote store needs one round trip per request, and each
-// records in Bucket.TAT what it read. Callers compute the decisions from
-// those TATs with SpendStep and RefundStep, which is why a store must apply
-// exactly those steps. Every implementation passes the storetest suite.
+// Store keeps the TATs of buckets. A call handles a whole batch, so that a
+// remote store needs one round trip per request, and decides it with
+// StepBatch on the TATs it read, which fills in each Bucket's TAT, Next
+// and Outcome; a store that runs the step elsewhere (a Lua script) must
+// compute exactly what StepBatch does, which the storetest suite checks on
+// every implementation.
 type Store interface {
-	// Spend reads every bucket and, when SpendStep allows every bucket that
-	// is not Shadow, stores the new TAT of every bucket it allows, all as
-	// one atomic step: concurrent spends never admit more than the limits
-	// allow. When any other bucket is denied, nothing is written.
-	Spend(ctx context.Context, now time.Time, batch []Bucket) error
-	// Refund applies RefundStep to every bucket.
-	Refund(ctx context.Context, now time.Time, batch []Bucket) error
-	// Read records the TAT of every bucket and changes nothing.
-	Read(ctx context.Context, batch []Bucket) error
+	// Apply runs op on batch at now and reports whether it wrote the
+	// batch, as StepBatch decides. A Spend, Refund or Settle is one atomic
+	// step: concurrent spends never admit more than the limits allow, and
+	// a spend that any bucket outside shadow limits denies writes nothing.
+	// A Check only reads.
+	Apply(ctx context.Context, op Op, now time.Time, batch []Bucket) (bool, error)
 	// Reset forgets the buckets, which makes them full.
 	Reset(ctx context.Context, keys []string) error
 	// Ping reports whether the store answers.

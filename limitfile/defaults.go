@@ -171,11 +171,8 @@ func (r *defaultsReader) enum(e *entry, f fields, name string, old limiter.Limit
 		return 0
 	case exists:
 		return old.Enum
-	case cat && int(v) != catEnum:
-		e.fail(line, "enum", fmt.Sprintf("%s has enum %d in Let's Encrypt's catalogue", name, catEnum))
-		return 0
-	case !cat && limiter.CatalogueName(int(v)) != "":
-		e.fail(line, "enum", fmt.Sprintf("%d is reserved for %s of Let's Encrypt's catalogue", v, limiter.CatalogueName(int(v))))
+	case limiter.CatalogueProblem(name, int(v)) != "":
+		e.fail(line, "enum", limiter.CatalogueProblem(name, int(v)))
 		return 0
 	default:
 		enum = int(v)

@@ -122,9 +122,15 @@ func (s *fakeStore) Import(_ context.Context, _ string, limits []limiter.Limit, 
 	}
 	seen := map[bucket]bool{}
 	for _, o := range overrides {
-		if _, ok := ls[o.Limit]; !ok {
+		l, ok := ls[o.Limit]
+		if !ok {
 			return limiter.ImportCounts{}, fmt.Errorf("limit %s: %w", o.Limit, limiter.ErrNotFound)
 		}
+		id, err := l.IDFormat.CanonicalOverride(o.BucketID)
+		if err != nil {
+			return limiter.ImportCounts{}, fmt.Errorf("limit %s: %w", o.Limit, limiter.ErrConflict)
+		}
+		o.BucketID = id
 		k := bucket{o.Limit, o.BucketID}
 		if seen[k] {
 			return limiter.ImportCounts{}, fmt.Errorf("%v twice: %w", k, limiter.ErrConflict)

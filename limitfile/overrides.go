@@ -246,5 +246,9 @@ func (r *overridesReader) add(e *entry, limit limiter.Limit, known bool, id stri
 		return
 	}
 	r.seen[k] = line
+	// The database canonicalises the id again under its write lock, by
+	// the limit's format then, which a concurrent change may have made
+	// another than the one read here.
+	o.BucketID = id
 	r.overrides = append(r.overrides, o)
 }

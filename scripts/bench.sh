@@ -1,39 +1,60 @@
 #!/usr/bin/env bash
-# bench.sh, run by `make bench`: loads ratelimitd over loopback with
-# cmd/loadgen and prints requests/s and latencies of spends of one and of
-# three buckets, on the allowed and on the denied path, on the in-process
-# store and on Redis.
+# bench.sh, run by `make bench`: closed-loop throughput of ratelimitd over
+# loopback, measured with wrk against a bare net/http server (bin/ceiling,
+# scripts/ceiling) that answers any POST with a fixed 150-byte JSON body:
+# no HTTP JSON service on this machine can be faster, so each target is
+# reported as a ratio to it, which says more than requests/s on a machine
+# whose speed nobody else shares.
 #
-# The service runs from bin/ratelimitd on a free loopback port, with a
-# throw-away SQLite database and a random bootstrap token; the load uses a
-# token of scope decide, as a client service would. Two sets of limits:
+# The ceiling and one service per store run at once, each on a free
+# loopback port with its own throw-away SQLite database; the load uses a
+# token of scope decide, as a client service would. Each round runs every
+# target once, one after the other (the ceiling first), so that a
+# disturbance of the machine falls on a round, not on a target; the table
+# shows the median of the rounds, each column taken on its own.
+#
+# Two sets of limits:
 #
 #   bench_allowed_*  burst 1e9 at 1e6/s: every spend is allowed.
-#   bench_denied_*   burst 1 at 1 per 24h: after the warm-up has spent each
-#                    bucket once, every spend is denied, by the local denied
-#                    cache without a store call.
+#   bench_denied_*   burst 1 at 1 per 24h: each bucket is spent once when
+#                    the service starts, a hundred a request; from then on
+#                    every spend is denied, after the warm-up by the local
+#                    denied cache without a store call.
 #
 # One-bucket runs spend on bench_*_one (reg_id); three-bucket runs on
 # bench_*_reg, bench_*_ip and bench_*_domain, so that a one-bucket run has
-# not already emptied a bucket of a three-bucket one: a batch with one
-# empty bucket spends nothing, and its other buckets would then never be
-# empty and never cached.
+# not already emptied a bucket of a three-bucket one. scripts/spend.lua
+# makes the bodies, stepping through BENCH_IDS bucket ids per limit, and
+# counts answers that are not 2xx or whose "allowed" is wrong. On Redis the
+# keys get a random prefix, deleted at the end.
 #
-# Each run spreads over BENCH_IDS buckets per limit. On Redis the keys get a
-# random prefix, deleted at the end. Settings (environment):
+# The redis runs use a redis-server of their own on a free loopback port,
+# with persistence off, unless BENCH_REDIS_URL names another: then other
+# clients of that Redis take part in its CPU figures.
 #
-#   BENCH_DURATION     measured time per run          10s
-#   BENCH_WARMUP       unmeasured time before it      2s
-#   BENCH_CONNECTIONS  keep-alive connections         64
-#   BENCH_IDS          buckets per limit (<= 9999)    1000
-#   BENCH_STORES       which stores                   "memory redis"
-#   BENCH_REDIS_URL    Redis for the redis runs       redis://127.0.0.1:6379
-#   BENCH_SCENARIOS    which runs                     all four
-#   BENCH_ROUNDS       runs of each, the least disturbed kept   1
-#   BENCH_GOGC         GOGC of the service            Go's default (100)
+# Columns: requests/s, wrk's p50 and p99 latency, the ratio of requests/s
+# to the ceiling's, the CPU time the serving process used per request over
+# the measured run (utime+stime from /proc), and on Redis the CPU time
+# Redis spent per script call (the usec and calls of EVALSHA, EVAL and
+# FCALL in INFO commandstats, over the run) and the script calls per
+# request, which is above 1 when another client of the same Redis called
+# scripts meanwhile, and denied-cache hits per request (from /metrics).
 #
-# The exit status is 1 when a run counted an error: a non-2xx answer, or an
-# answer that did not say allowed (or denied) as it should.
+#   BENCH_DURATION     measured time per run                 10s
+#   BENCH_WARMUP       unmeasured load before each run        2s
+#   BENCH_THREADS      wrk threads                            2
+#   BENCH_CONNECTIONS  keep-alive connections                 64
+#   BENCH_IDS          bucket ids per limit (<= 65535)        10000
+#   BENCH_ROUNDS       rounds; the table shows their median   3
+#   BENCH_STORES       which stores                           "memory redis"
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied"
+#                      (also 3-denied)
+#   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
+#   BENCH_GOGC         GOGC of the service                    Go's default (100)
+#
+# The exit status is 1 when a run counted an error: a non-2xx answer, an
+# answer that did not say allowed (or denied) as it should, or a socket
+# error.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap cleanup EXIT
@@ -41,149 +62,178 @@ trap 'exit 130' INT TERM
 
 DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
-CONNS=${BENCH_CONNECTIONS:-64}
-IDS=${BENCH_IDS:-1000}
+WRK_THREADS=${BENCH_THREADS:-2}
+WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
+IDS=${BENCH_IDS:-10000}
+ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-REDIS_URL=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 1-denied 3-allowed 3-denied}
-ROUNDS=${BENCH_ROUNDS:-1}
-[ "$IDS" -ge 1 ] && [ "$IDS" -le 9999 ] || die "BENCH_IDS must be 1 to 9999 (ids become IPv6 groups)"
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied}
+REDIS_URL=${BENCH_REDIS_URL:-}
+[ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
+[ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
+for sc in $SCENARIOS; do
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+done
 
-# body N KIND is the body of a spend of N buckets (1 or 3) of the allowed
-# or denied limits; {id} is replaced by loadgen.
-body() {
-	local k=$2
-	case $1 in
-	1) echo "{\"buckets\":[{\"limit\":\"bench_${k}_one\",\"bucket_id\":\"{id}\"}]}" ;;
-	3) echo "{\"buckets\":[{\"limit\":\"bench_${k}_reg\",\"bucket_id\":\"{id}\"},{\"limit\":\"bench_${k}_ip\",\"bucket_id\":\"2001:db8::{id}\"},{\"limit\":\"bench_${k}_domain\",\"bucket_id\":\"host{id}.example.com\"}]}" ;;
-	esac
-}
-
+need_wrk
 build
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
 status=0
 
-# run_scenario STORE SCENARIO REDIS_PID prints one row of the table: the
-# loadgen figures, and the CPU each party used over the whole run, warm-up
-# included, in cores. "kernel" is the kernel's own threads (network soft
-# interrupts deferred to ksoftirqd among them); "other" is what other
-# processes used meanwhile, and "stolen" what the hypervisor took: anything
-# above a few hundredths in those two means a busy machine. "hits/req" is
-# how many denied-cache hits each request made.
-run_scenario() {
-	local store=$1 sc=$2 redis_pid=$3 n kind expect json rc=0
-	local svc0 svc1 red0=0 red1=0 hits0 hits1 t0 t1 busy0 busy1 steal0 steal1 k0 k1
-	n=${sc%%-*} kind=${sc#*-}
-	expect='"allowed":true'
-	[ "$kind" = denied ] && expect='"allowed":false'
-	svc0=$(cpu_ticks "$SVC_PID")
-	[ -n "$redis_pid" ] && red0=$(cpu_ticks "$redis_pid")
-	hits0=$(metric ratelimitd_denied_cache_hits_total)
-	read -r busy0 steal0 < <(machine_ticks)
-	k0=$(kernel_ticks)
-	t0=$(date +%s.%N)
-	json=$(LOADGEN_TOKEN=$(cat "$WORK/token") "$ROOT/bin/loadgen" -url "$SVC_URL/v1/spend" \
-		-body "$(body "$n" "$kind")" -ids "$IDS" -c "$CONNS" -d "$DURATION" -warmup "$WARMUP" \
-		-expect "$expect" -format json -name "$store $sc") || rc=1
-	t1=$(date +%s.%N)
-	read -r busy1 steal1 < <(machine_ticks)
-	k1=$(kernel_ticks)
-	svc1=$(cpu_ticks "$SVC_PID")
-	[ -n "$redis_pid" ] && red1=$(cpu_ticks "$redis_pid")
-	hits1=$(metric ratelimitd_denied_cache_hits_total)
-	if [ "$rc" != 0 ]; then
-		echo "bench: $store $sc: $(jq -r .first_error <<<"$json")" >&2
-	fi
-	jq -r --arg store "$store" --arg sc "$n bucket$([ "$n" = 1 ] || echo s) $kind" --argjson tick "$TICK" \
-		--argjson wall "$(echo "$t1 - $t0" | bc -l)" --argjson svc "$((svc1 - svc0))" --argjson red "$((red1 - red0))" \
-		--argjson busy "$((busy1 - busy0))" --argjson steal "$((steal1 - steal0))" --argjson kernel "$((k1 - k0))" \
-		--argjson hits "$(echo "${hits1:-0} - ${hits0:-0}" | bc)" --arg redis "$redis_pid" '
-		def r2: . * 100 | round / 100;
-		def cores: . / $tick / $wall | r2;
-		[$store, $sc, (.rps | floor), (.latency_ms.p50 | r2), (.latency_ms.p90 | r2), (.latency_ms.p99 | r2),
-		 (.latency_ms.max | r2), .errors, ($svc | cores), (if $redis == "" then "-" else ($red | cores) end),
-		 (.loadgen_cpu_total_s / $wall | r2), ($kernel | cores),
-		 ((($busy - $svc - $red - $kernel) / $tick - .loadgen_cpu_total_s) / $wall | r2), ($steal | cores),
-		 ($hits / (.rps * .total_s) | r2)] | @tsv' <<<"$json"
-	return $rc
+# The targets: the ceiling, then each store's scenarios. For each, its
+# URL, token, process id and Redis (empty but for the redis store).
+declare -A URL TOKEN PID REDIS
+TARGETS=(ceiling)
+start_ceiling
+URL[ceiling]=$CEILING_URL TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=
+
+# empty_buckets LIMIT... spends once on each of the BENCH_IDS buckets of
+# the denied limits named (bench_denied_LIMIT), a hundred buckets a
+# request, so that every spend of a denied run is denied however fast the
+# warm-up goes. The bucket ids are those scripts/spend.lua makes.
+empty_buckets() {
+	local limit from
+	for limit in "$@"; do
+		for ((from = 1; from <= IDS; from += 100)); do
+			api POST /v1/spend "$(jq -nc --arg l "$limit" --argjson from $from --argjson to $((from + 99 < IDS ? from + 99 : IDS)) '
+				def hex: if . < 16 then "0123456789abcdef"[.:. + 1] else (. / 16 | floor | hex) + (. % 16 | hex) end;
+				{buckets: [range($from; $to + 1) | {limit: "bench_denied_\($l)",
+					bucket_id: (if $l == "ip" then "2001:db8::\(hex)" elif $l == "domain" then "host\(.).example.com" else tostring end)}]}')" |
+				jq -e .allowed >/dev/null || die "emptying bench_denied_$limit from id $from was not allowed"
+		done
+	done
 }
 
-# run_store STORE [VAR=value...] starts the service on a store and runs
-# every scenario against it, each BENCH_ROUNDS times, keeping the round
-# that other processes and the hypervisor disturbed least.
-run_store() {
-	local store=$1 sc round row best redis_pid=
+# start_store STORE [VAR=value...] starts the service of a store, gives it
+# the bench limits and a decide token, and adds its targets.
+start_store() {
+	local store=$1 kind fmt sc
 	shift
-	start_service ${BENCH_GOGC:+GOGC=$BENCH_GOGC} "$@"
-	if [ ! -f "$WORK/limits.done" ]; then
-		local kind fmt
-		for kind in allowed denied; do
-			for fmt in one:reg_id reg:reg_id ip:ip_address domain:domain; do
-				if [ $kind = allowed ]; then
-					put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1000000000 1000000 1s
-				else
-					put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1 1 24h
-				fi
-			done
-		done
-		decide_token >"$WORK/token"
-		touch "$WORK/limits.done"
-	fi
-	wait_decides bench_denied_domain example.com
-	# The server at REDIS_URL, not any redis-server that happens to run.
-	[ "$store" = redis ] && redis_pid=$(redis-cli -u "$REDIS_URL" info server | awk -F: '/^process_id/ {print $2 + 0}')
-	for sc in $SCENARIOS; do
-		best=
-		for round in $(seq "$ROUNDS"); do
-			row=$(run_scenario "$store" "$sc" "$redis_pid") || status=1
-			# Columns 13 and 14 are the CPU other processes used and the
-			# hypervisor stole.
-			if [ -z "$best" ] || awk -v a="$row" -v b="$best" 'BEGIN {split(a, x, "\t"); split(b, y, "\t"); exit !(x[13] + x[14] < y[13] + y[14])}'; then
-				best=$row
+	start_service RATELIMIT_DATABASE_URL="sqlite:$WORK/$store.db" ${BENCH_GOGC:+GOGC=$BENCH_GOGC} "$@"
+	for kind in allowed denied; do
+		for fmt in one:reg_id reg:reg_id ip:ip_address domain:domain; do
+			if [ $kind = allowed ]; then
+				put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1000000000 1000000 1s
+			else
+				put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1 1 24h
 			fi
 		done
-		printf '%s\n' "$best" >>"$RESULTS"
 	done
-	stop_service
+	wait_decides bench_denied_domain example.com
+	for sc in $SCENARIOS; do
+		case $sc in
+		1-denied) empty_buckets one ;;
+		3-denied) empty_buckets reg ip domain ;;
+		esac
+	done
+	local token
+	token=$(decide_token)
+	for sc in $SCENARIOS; do
+		TARGETS+=("$store $sc")
+		URL["$store $sc"]=$SVC_URL TOKEN["$store $sc"]=$token PID["$store $sc"]=$SVC_PID REDIS["$store $sc"]=
+	done
 }
 
 for store in $STORES; do
 	case $store in
-	memory) run_store memory ;;
+	memory) start_store memory ;;
 	redis)
+		if [ -z "$REDIS_URL" ] && command -v redis-server >/dev/null; then
+			start_redis
+			REDIS_URL=$REDIS_PRIVATE_URL
+		fi
 		if ! redis_up "$REDIS_URL"; then
 			echo "bench: no Redis answers at $REDIS_URL (or redis-cli is missing); the redis runs are skipped" >&2
 			continue
 		fi
 		REDIS_URL_IN_USE=$REDIS_URL
 		REDIS_PREFIX_IN_USE="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n'):"
-		run_store redis RATELIMIT_REDIS_URL="$REDIS_URL" RATELIMIT_REDIS_PREFIX="$REDIS_PREFIX_IN_USE"
-		redis_cleanup
+		start_store redis RATELIMIT_REDIS_URL="$REDIS_URL" RATELIMIT_REDIS_PREFIX="$REDIS_PREFIX_IN_USE"
+		# A denied run makes no script call: whatever Redis counts then is
+		# another client's.
+		for sc in $SCENARIOS; do [ "${sc#*-}" = denied ] || REDIS["redis $sc"]=$REDIS_URL; done
 		;;
 	*) die "unknown store $store in BENCH_STORES" ;;
 	esac
 done
 
+# script_stats URL prints "calls usec" of the script commands Redis has run.
+script_stats() {
+	redis-cli -u "$1" info commandstats |
+		awk -F'[:,=]' '$1 ~ /^cmdstat_(evalsha|eval|evalsha_ro|eval_ro|fcall|fcall_ro)$/ {c += $3; u += $5}
+			END {print c + 0, u + 0}'
+}
+
+# run ROUND TARGET warms the target up, then measures it, and appends a
+# row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
+# per request, Redis µs per script call and script calls per request (or
+# -), denied-cache hits per request (or -).
+run() {
+	local round=$1 t=$2 n=1 kind=allowed expect=true
+	if [ "$t" != ceiling ]; then
+		local sc=${t#* }
+		n=${sc%%-*} kind=${sc#*-}
+		[ "$kind" = denied ] && expect=false
+	fi
+	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 c1=0 u1=0 hits0=- hits1=-
+	read -r _ _ _ _ bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$WARMUP" "$n" "$kind" "$IDS" any)
+	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors ($kinds)" >&2; status=1; }
+	cpu0=$(cpu_ticks "${PID[$t]}")
+	[ -n "${REDIS[$t]}" ] && read -r c0 u0 < <(script_stats "${REDIS[$t]}")
+	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
+	read -r req secs p50 p99 bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$DURATION" "$n" "$kind" "$IDS" "$expect")
+	cpu1=$(cpu_ticks "${PID[$t]}")
+	[ -n "${REDIS[$t]}" ] && read -r c1 u1 < <(script_stats "${REDIS[$t]}")
+	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
+	if [ "$bad" != 0 ] || [ "$wrong" != 0 ] || [ "$sock" != 0 ]; then
+		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
+		status=1
+	fi
+	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
+		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" 'BEGIN {
+		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
+			req ? cpu / tick * 1e6 / req : 0,
+			redis == "" ? "-" : (calls ? sprintf("%.1f", usec / calls) : "none"),
+			redis == "" ? "-" : sprintf("%.2f", req ? calls / req : 0),
+			h0 == "-" ? "-" : sprintf("%.2f", req ? (h1 - h0) / req : 0)
+	}' >>"$RESULTS"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for round in $(seq "$ROUNDS"); do
+	echo "bench: round $round of $ROUNDS" >&2
+	for t in "${TARGETS[@]}"; do
+		run "$round" "$t"
+	done
+done
+
+# median TARGET COLUMN prints the median of a column over the rounds.
+median() {
+	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "$RESULTS" | sort -g |
+		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) print v[1]; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
 echo
 machine
-echo "load:    bin/loadgen, $CONNS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS buckets per limit"
-echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn$([ "$ROUNDS" -gt 1 ] && echo ", the least disturbed of $ROUNDS rounds")"
-echo "command: make bench"
+echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
+# Other work on the machine shows in its load average: the bench alone
+# keeps at most four processes busy (wrk, the target, Redis, the shell).
+echo "load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
+[ -n "$REDIS_PID" ] && echo "redis:   a private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), persistence off"
+[ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"
+echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
+ceiling=$(median ceiling 3)
 {
-	printf 'store\tscenario\trequests/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tcores: service\tredis\tloadgen\tkernel\tother\tstolen\thits/req\n'
-	cat "$RESULTS"
+	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\n'
+	for t in "${TARGETS[@]}"; do
+		rps=$(median "$t" 3)
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
+			"$(awk -v a="$rps" -v b="$ceiling" 'BEGIN {printf "%.2f", b ? a / b : 0}')" \
+			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)"
+	done
 } | column -t -s $'\t'
-echo
-# The denied path against the allowed one, per store and batch size.
-awk -F'\t' '{rps[$1 FS $2] = $3}
-	END {
-		for (k in rps) {
-			if (k !~ /denied$/) continue
-			a = k; sub(/denied$/, "allowed", a)
-			if (a in rps && rps[a] > 0) { split(k, p, FS); printf "%s, %s: denied/allowed = %.2f\n", p[1], p[2], rps[k] / rps[a] }
-		}
-	}' "$RESULTS" | sort
 exit $status

@@ -1,23 +1,60 @@
 # Shared by bench.sh and soak.sh: build the binaries, run ratelimitd on a
-# free loopback port with a throw-away SQLite database, and talk to its API.
-# Sourced, not run. Every process started here is stopped by cleanup, which
-# the caller installs as an EXIT trap.
+# free loopback port with a throw-away SQLite database, talk to its API, and
+# drive it with wrk. Sourced, not run. Every process started here is
+# stopped by cleanup, which the caller installs as an EXIT trap.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
 SVC_PID=
 SVC_URL=
-LOADGEN_PID=
+SVC_PIDS=
+LOAD_PID=
+CEILING_PID=
+REDIS_PID=
 REDIS_PREFIX_IN_USE=
 REDIS_URL_IN_USE=
 BOOTSTRAP=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
-# build writes bin/ratelimitd (as `make build` does) and bin/loadgen.
+# build writes bin/ratelimitd (as `make build` does) and bin/ceiling.
 build() {
 	(cd "$ROOT" && CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/ratelimitd ./cmd/ratelimitd &&
-		CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/loadgen ./cmd/loadgen) || die "build failed"
+		CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/ceiling ./scripts/ceiling) || die "build failed"
+}
+
+# need_wrk stops the script, saying how to install wrk, when it is missing.
+need_wrk() {
+	command -v wrk >/dev/null ||
+		die "wrk is needed: install it with 'apt-get install wrk' (Debian, Ubuntu) or 'brew install wrk' (macOS)"
+}
+
+# start_ceiling runs bin/ceiling on a free loopback port and sets
+# CEILING_PID and CEILING_URL.
+start_ceiling() {
+	"$ROOT/bin/ceiling" >"$WORK/ceiling.stdout" 2>"$WORK/ceiling.log" &
+	CEILING_PID=$!
+	local i
+	for i in $(seq 100); do
+		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$WORK/ceiling.stdout" 2>/dev/null || true)
+		[ -n "$CEILING_URL" ] && return 0
+		kill -0 "$CEILING_PID" 2>/dev/null || { cat "$WORK/ceiling.log" >&2; die "ceiling did not start"; }
+		sleep 0.1
+	done
+	die "ceiling did not listen within 10s"
+}
+
+# wrk_spend URL TOKEN DURATION BUCKETS KIND IDS EXPECT runs wrk with
+# scripts/spend.lua (which says what the arguments mean) over WRK_THREADS
+# threads and WRK_CONNECTIONS connections, and prints its result line:
+# "requests seconds p50_us p99_us non2xx wrong socket_errors kinds". An
+# answer slower than 10 s is a socket error (a timeout).
+wrk_spend() {
+	local out
+	out=$(wrk -t "$WRK_THREADS" -c "$WRK_CONNECTIONS" -d "$3" --timeout 10s -H "Authorization: Bearer $2" \
+		-s "$ROOT/scripts/spend.lua" "$1/v1/spend" -- "$4" "$5" "$6" "$7" "$WRK_THREADS") || die "wrk failed: $out"
+	awk '$1 == "result" {$1 = ""; print substr($0, 2); found = 1} END {exit !found}' <<<"$out" ||
+		die "wrk printed no result: $out"
 }
 
 # machine prints the machine a figure was measured on.
@@ -28,8 +65,9 @@ machine() {
 }
 
 # start_service [VAR=value...] runs bin/ratelimitd serve on a free loopback
-# port with the database in $WORK, the extra settings given, and waits until
-# /readyz answers 200. It sets SVC_PID and SVC_URL.
+# port with a database in $WORK, the extra settings given (a later setting
+# wins), and waits until /readyz answers 200. It sets SVC_PID and SVC_URL;
+# several services can run at once.
 start_service() {
 	local out="$WORK/serve.$$.$RANDOM"
 	env RATELIMIT_HTTP_ADDR=127.0.0.1:0 \
@@ -39,9 +77,10 @@ start_service() {
 		RATELIMIT_LOG_LEVEL=warn \
 		"$@" "$ROOT/bin/ratelimitd" serve >"$out.stdout" 2>"$out.log" &
 	SVC_PID=$!
+	SVC_PIDS="$SVC_PIDS $SVC_PID"
 	local i addr=
 	for i in $(seq 100); do
-		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout")
+		addr=$(sed -n 's|^ratelimitd listening on http://\([^ ]*\) .*|\1|p' "$out.stdout" 2>/dev/null || true)
 		[ -n "$addr" ] && break
 		kill -0 "$SVC_PID" 2>/dev/null || { cat "$out.log" >&2; die "ratelimitd did not start"; }
 		sleep 0.1
@@ -56,13 +95,15 @@ start_service() {
 	die "ratelimitd at $SVC_URL not ready within 10s"
 }
 
-# stop_service stops the service this script started and waits for it.
-stop_service() {
-	if [ -n "$SVC_PID" ]; then
-		kill "$SVC_PID" 2>/dev/null || true
-		wait "$SVC_PID" 2>/dev/null || true
-		SVC_PID=
-	fi
+# stop_services stops every service this script started and waits for
+# them.
+stop_services() {
+	local pid
+	for pid in $SVC_PIDS; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	SVC_PIDS=
 }
 
 # api METHOD PATH [BODY] calls the API as the bootstrap admin and prints the
@@ -110,18 +151,29 @@ cpu_ticks() {
 	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-# machine_ticks prints the machine's CPU time in clock ticks: "busy steal",
-# busy being everything but idle, I/O wait and what the hypervisor stole.
-# A process's own figures include the kernel's network work done on its
-# behalf (soft interrupts), which busy counts once.
-machine_ticks() {
-	awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat
-}
-
-# kernel_ticks prints the CPU time of the kernel's threads (kworkers,
-# ksoftirqd, ...) in clock ticks.
-kernel_ticks() {
-	cat /proc/[0-9]*/stat 2>/dev/null | awk '{sub(/^.*\) /, ""); if ($2 == 2) t += $12 + $13} END {print t + 0}' || true
+# start_redis runs a private redis-server, persistence off, on a free
+# loopback port and sets REDIS_PRIVATE_URL. A port found taken is retried.
+start_redis() {
+	local try port i
+	for try in 1 2 3 4 5; do
+		port=$((20000 + RANDOM % 40000))
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+			--dir "$WORK" --logfile "$WORK/redis.log" &
+		REDIS_PID=$!
+		for i in $(seq 50); do
+			kill -0 "$REDIS_PID" 2>/dev/null || break
+			if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
+				REDIS_PRIVATE_URL="redis://127.0.0.1:$port"
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+	done
+	cat "$WORK/redis.log" >&2
+	die "redis-server did not start"
 }
 
 # redis_up URL reports whether a Redis server answers at URL.
@@ -140,12 +192,17 @@ redis_cleanup() {
 
 cleanup() {
 	local rc=$?
-	if [ -n "$LOADGEN_PID" ]; then
-		kill "$LOADGEN_PID" 2>/dev/null || true
-		wait "$LOADGEN_PID" 2>/dev/null || true
-	fi
-	stop_service
+	local pid
+	for pid in $LOAD_PID $CEILING_PID; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	stop_services
 	redis_cleanup
+	if [ -n "$REDIS_PID" ]; then
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+	fi
 	rm -rf "$WORK"
 	exit "$rc"
 }

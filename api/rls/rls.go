@@ -129,11 +129,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		st.CurrentLimit = currentLimit(d.Limit, d.Params)
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-		until := d.ResetAfter
-		if !d.Allowed && d.RetryAfter != limiter.Never {
-			until = d.RetryAfter
-		}
-		st.DurationUntilReset = durationpb.New(until)
+		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
 	}
 	resp.ResponseHeadersToAdd = headers(res)
 	return resp, nil
@@ -355,7 +351,7 @@ func headers(res limiter.Result) []*corev3.HeaderValue {
 		name := strconv.Quote(d.Limit)
 		out = append(out,
 			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatInt(d.Params.Burst, 10) + ";w=" + strconv.FormatInt(window, 10)},
-			&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(seconds(d.ResetAfter), 10)})
+			&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(seconds(d.UntilReset(limiter.Spend)), 10)})
 	}
 	if !res.Allowed && res.RetryAfter > 0 {
 		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(seconds(res.RetryAfter), 10)})

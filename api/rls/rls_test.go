@@ -84,7 +84,7 @@ func TestShouldRateLimit(t *testing.T) {
 			wantCodes(t, e.must(request("edge", desc("remote_address", "::ffff:10.0.0.1"))), ok, ok)
 			res = e.must(request("edge", desc("remote_address", "10.0.0.1")))
 			wantCodes(t, res, over, over)
-			if h := headerMap(res.GetResponseHeadersToAdd()); h["Retry-After"] != "1" || h["RateLimit"] != `"PerIP";r=0;t=2` {
+			if h := headerMap(res.GetResponseHeadersToAdd()); h["Retry-After"] != "1" || h["RateLimit"] != `"PerIP";r=0;t=1` {
 				t.Errorf("denied headers %v", h)
 			}
 			if d := res.GetStatuses()[0].GetDurationUntilReset().AsDuration(); d <= 0 || d > time.Second {
@@ -246,11 +246,11 @@ type downStore struct{}
 
 var errDown = errors.New("store down")
 
-func (downStore) Spend(context.Context, time.Time, []limiter.Bucket) error  { return errDown }
-func (downStore) Refund(context.Context, time.Time, []limiter.Bucket) error { return errDown }
-func (downStore) Read(context.Context, []limiter.Bucket) error              { return errDown }
-func (downStore) Reset(context.Context, []string) error                     { return errDown }
-func (downStore) Ping(context.Context) error                                { return errDown }
+func (downStore) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
+	return false, errDown
+}
+func (downStore) Reset(context.Context, []string) error { return errDown }
+func (downStore) Ping(context.Context) error            { return errDown }
 
 func TestFailModes(t *testing.T) {
 	for _, open := range []bool{true, false} {
@@ -436,11 +436,11 @@ type stallStore struct {
 	deadlines chan time.Time
 }
 
-func (s stallStore) Spend(ctx context.Context, _ time.Time, _ []limiter.Bucket) error {
+func (s stallStore) Apply(ctx context.Context, _ limiter.Op, _ time.Time, _ []limiter.Bucket) (bool, error) {
 	d, _ := ctx.Deadline()
 	s.deadlines <- d
 	<-ctx.Done()
-	return ctx.Err()
+	return false, ctx.Err()
 }
 
 func (stallStore) Ping(context.Context) error { return nil }

@@ -18,7 +18,7 @@ import (
 
 // cliActor is recorded as the actor of changes made from the command line,
 // which needs no token: it already holds the database's credentials.
-const cliActor = "cli"
+const cliActor = auth.CLIActor
 
 // command parses the flags of a subcommand (extra registers its own), lets
 // check refuse them and the arguments before anything is opened, so that a

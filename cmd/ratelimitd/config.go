@@ -23,7 +23,7 @@ import (
 // named by the variable with _FILE appended, and are masked in logs.
 type setting struct {
 	env, flag, def, usage string
-	secret                bool
+	secret                secrecy
 	// emptyOff makes the variable set to the empty string turn the
 	// feature off; for the others an empty variable is not set.
 	emptyOff bool
@@ -33,14 +33,28 @@ type setting struct {
 // which no real value can be.
 const setEmpty = "\x00"
 
+// secrecy says how a setting is masked in logs. It goes by the setting,
+// never by what its value looks like: a token may well contain "://".
+type secrecy int
+
+const (
+	// public settings are logged as they are.
+	public secrecy = iota
+	// secretURL settings are URLs logged without their passwords.
+	secretURL
+	// secretValue settings are logged only as set or not.
+	secretValue
+)
+
 // settings lists every configuration value; the README's table follows it.
 var settings = []setting{
 	{env: "RATELIMIT_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "listen address"},
-	{env: "RATELIMIT_DATABASE_URL", flag: "database-url", def: "sqlite:ratelimitd.db", usage: `"postgres://..." or "sqlite:PATH"`, secret: true},
-	{env: "RATELIMIT_REDIS_URL", flag: "redis-url", def: "", usage: "redis://, redis+cluster:// or redis+sentinel:// URL; empty selects the in-process store", secret: true},
+	{env: "RATELIMIT_DEBUG_ADDR", flag: "debug-addr", def: "", usage: "listen address of net/http/pprof; empty turns it off (keep it on loopback)"},
+	{env: "RATELIMIT_DATABASE_URL", flag: "database-url", def: "sqlite:ratelimitd.db", usage: `"postgres://..." or "sqlite:PATH"`, secret: secretURL},
+	{env: "RATELIMIT_REDIS_URL", flag: "redis-url", def: "", usage: "redis://, redis+cluster:// or redis+sentinel:// URL; empty selects the in-process store", secret: secretURL},
 	{env: "RATELIMIT_REDIS_PREFIX", flag: "redis-prefix", def: "rl:", usage: "prefix of every Redis key"},
 	{env: "RATELIMIT_REDIS_TIMEOUT", flag: "redis-timeout", def: "250ms", usage: "bound on every Redis call"},
-	{env: "RATELIMIT_BOOTSTRAP_TOKEN", flag: "bootstrap-token", def: "", usage: "a secret accepted as an admin token", secret: true},
+	{env: "RATELIMIT_BOOTSTRAP_TOKEN", flag: "bootstrap-token", def: "", usage: "a secret accepted as an admin token", secret: secretValue},
 	{env: "RATELIMIT_SYNC_INTERVAL", flag: "sync-interval", def: "30s", usage: "period of the loader's full reload"},
 	{env: "RATELIMIT_FAIL_MODE", flag: "fail-mode", def: "open", usage: "when the store fails: open (allow, degraded) or closed (503)"},
 	{env: "RATELIMIT_DENIED_CACHE_SIZE", flag: "denied-cache-size", def: "100000", usage: "buckets known to be empty kept in memory; 0 disables"},
@@ -55,7 +69,9 @@ var settings = []setting{
 
 // config is the validated configuration of a command.
 type config struct {
-	HTTPAddr    string
+	HTTPAddr string
+	// DebugAddr serves pprof when not empty.
+	DebugAddr   string
 	DatabaseURL string
 	RedisURL    string
 	// Redis is RedisURL parsed, nil when it is empty.
@@ -103,13 +119,16 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 		}
 		raw[s.env] = v
 	}
-	c := &config{raw: raw, HTTPAddr: raw["RATELIMIT_HTTP_ADDR"], DatabaseURL: raw["RATELIMIT_DATABASE_URL"],
+	c := &config{raw: raw, HTTPAddr: raw["RATELIMIT_HTTP_ADDR"], DebugAddr: raw["RATELIMIT_DEBUG_ADDR"], DatabaseURL: raw["RATELIMIT_DATABASE_URL"],
 		RedisURL: raw["RATELIMIT_REDIS_URL"], RedisPrefix: raw["RATELIMIT_REDIS_PREFIX"], BootstrapToken: raw["RATELIMIT_BOOTSTRAP_TOKEN"]}
 	bad := func(env, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{env}, args...)...))
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		bad("RATELIMIT_HTTP_ADDR", "want host:port, got %q", c.HTTPAddr)
+	}
+	if _, _, err := net.SplitHostPort(c.DebugAddr); c.DebugAddr != "" && err != nil {
+		bad("RATELIMIT_DEBUG_ADDR", "want host:port or nothing, got %q", c.DebugAddr)
 	}
 	if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite:") {
 		bad("RATELIMIT_DATABASE_URL", `want "postgres://...", "postgresql://..." or "sqlite:PATH"`)
@@ -180,7 +199,7 @@ func value(s setting, flagValue string, flagSet bool, getenv func(string) string
 	case v != "" && v != setEmpty:
 		return v, nil
 	}
-	if path := getenv(s.env + "_FILE"); s.secret && path != "" && path != setEmpty {
+	if path := getenv(s.env + "_FILE"); s.secret != public && path != "" && path != setEmpty {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return "", fmt.Errorf("%s_FILE: %w", s.env, err)
@@ -197,25 +216,36 @@ func (c *config) masked() map[string]string {
 	out := make(map[string]string, len(c.raw))
 	for _, s := range settings {
 		v := c.raw[s.env]
-		switch {
-		case !s.secret || v == "" || strings.HasPrefix(v, "sqlite:"):
-		case strings.Contains(v, "://"):
-			if u, err := url.Parse(v); err == nil {
-				// libpq also takes the password as a parameter.
-				if q := u.Query(); q.Has("password") {
-					q.Set("password", "xxxxx")
-					u.RawQuery = q.Encode()
-				}
-				v = u.Redacted()
-			} else {
-				v = "(unparsable URL, hidden)"
+		if v != "" {
+			switch s.secret {
+			case secretURL:
+				v = maskURL(v)
+			case secretValue:
+				v = "(set)"
 			}
-		default:
-			v = "(set)"
 		}
 		out[s.env] = v
 	}
 	return out
+}
+
+// maskURL hides the password of a database or Redis URL. A SQLite path
+// holds none; a value that is no URL with a host is hidden whole, as it
+// cannot be told where a password in it would be.
+func maskURL(v string) string {
+	if strings.HasPrefix(v, "sqlite:") {
+		return v
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return "(set, not a URL, hidden)"
+	}
+	// libpq also takes the password as a parameter.
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // newLogger writes JSON lines to w.

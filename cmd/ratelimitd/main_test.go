@@ -190,10 +190,84 @@ func TestServeOnPostgresAndRedis(t *testing.T) {
 	}
 }
 
+// TestHTTP2WithoutTLS sends a decision and an admin request over one
+// HTTP/2 connection without TLS (prior knowledge, as gRPC clients and
+// h2load do), and shows that HTTP/1.1 still works on the same port.
+func TestHTTP2WithoutTLS(t *testing.T) {
+	s := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": "rlt_h2c"})
+	s.waitReady(t)
+	if code, body := s.call(t, "PUT", "/v1/limits/Logins", "rlt_h2c", `{"id_format":"string","burst":2,"count":2,"period":"1m"}`); code != http.StatusCreated {
+		t.Fatalf("creating a limit: %d %s", code, body)
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	h2 := &http.Client{Transport: tr}
+	for _, c := range []struct {
+		client     *http.Client
+		proto      int
+		path, body string
+	}{
+		{h2, 2, "/v1/spend", `{"buckets":[{"limit":"Logins","bucket_id":"alice"}]}`},
+		{h2, 2, "/v1/limits/Logins", ""},
+		{http.DefaultClient, 1, "/v1/spend", `{"buckets":[{"limit":"Logins","bucket_id":"alice"}]}`},
+	} {
+		method := http.MethodGet
+		if c.body != "" {
+			method = http.MethodPost
+		}
+		req, err := http.NewRequest(method, s.url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer rlt_h2c")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := c.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || res.ProtoMajor != c.proto {
+			t.Errorf("%s %s: %s %d %s, want HTTP/%d 200", method, c.path, res.Proto, res.StatusCode, body, c.proto)
+		}
+	}
+}
+
+var pprofAt = regexp.MustCompile(`pprof on (http://\S+)`)
+
+// TestDebugListener shows that pprof is served on RATELIMIT_DEBUG_ADDR
+// only: not on the API's port, and nowhere when the setting is empty.
+func TestDebugListener(t *testing.T) {
+	s := startServe(t, map[string]string{"RATELIMIT_DEBUG_ADDR": "127.0.0.1:0", "RATELIMIT_BOOTSTRAP_TOKEN": "rlt_debug"})
+	m := pprofAt.FindStringSubmatch(s.stdout.String())
+	if m == nil {
+		t.Fatalf("no debug listener announced:\n%s", s.stdout.String())
+	}
+	res, err := http.Get(m[1] + "goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Errorf("goroutine profile: %d %.200s", res.StatusCode, body)
+	}
+	if code, _ := s.call(t, "GET", "/debug/pprof/", "rlt_debug", ""); code != http.StatusNotFound {
+		t.Errorf("pprof on the API's port: %d", code)
+	}
+
+	off := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": "rlt_debug"})
+	if strings.Contains(off.stdout.String(), "pprof") {
+		t.Errorf("a debug listener without RATELIMIT_DEBUG_ADDR:\n%s", off.stdout.String())
+	}
+}
+
 func TestConfigErrorsNameEveryBadValue(t *testing.T) {
 	var stderr bytes.Buffer
 	err := run(context.Background(), []string{"serve", "-fail-mode", "sometimes"}, getenv(map[string]string{
 		"RATELIMIT_HTTP_ADDR":         "nowhere",
+		"RATELIMIT_DEBUG_ADDR":        "nowhere",
 		"RATELIMIT_SYNC_INTERVAL":     "-1s",
 		"RATELIMIT_DATABASE_URL":      "mysql://x",
 		"RATELIMIT_REDIS_URL":         "http://redis",
@@ -203,7 +277,7 @@ func TestConfigErrorsNameEveryBadValue(t *testing.T) {
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, name := range []string{"RATELIMIT_HTTP_ADDR", "RATELIMIT_SYNC_INTERVAL", "RATELIMIT_DATABASE_URL", "RATELIMIT_REDIS_URL",
+	for _, name := range []string{"RATELIMIT_HTTP_ADDR", "RATELIMIT_DEBUG_ADDR", "RATELIMIT_SYNC_INTERVAL", "RATELIMIT_DATABASE_URL", "RATELIMIT_REDIS_URL",
 		"RATELIMIT_DENIED_CACHE_SIZE", "RATELIMIT_LOG_LEVEL", "RATELIMIT_FAIL_MODE"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("the error does not name %s:\n%v", name, err)
@@ -226,6 +300,15 @@ func TestMaskedConfigHidesSecrets(t *testing.T) {
 		}
 		if !strings.Contains(m["RATELIMIT_DATABASE_URL"], "db:5432") {
 			t.Errorf("the database URL lost its host: %s", m["RATELIMIT_DATABASE_URL"])
+		}
+	}
+	// The token is masked because of its setting, whatever it looks like.
+	for _, token := range []string{"sqlite:hunter2", "x://hunter2", "https://user:hunter2@example.com", "hunter2"} {
+		c := &config{raw: map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": token, "RATELIMIT_REDIS_URL": "hunter2"}}
+		for k, v := range c.masked() {
+			if strings.Contains(v, "hunter2") {
+				t.Errorf("%s shows a secret: %s", k, v)
+			}
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
@@ -73,17 +75,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log,
 	})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
 	hs := &http.Server{
-		Handler:           srv,
+		Handler:           buckets.Beside(srv),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1, for
+		// clients that multiplex many decisions over one connection.
+		Protocols: protocols(),
 	}
+	servers := []*http.Server{hs}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return err
+	}
+	listeners := []net.Listener{ln}
+	if cfg.DebugAddr != "" {
+		dl, err := net.Listen("tcp", cfg.DebugAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("the debug listener: %w", err)
+		}
+		servers, listeners = append(servers, debugServer(log)), append(listeners, dl)
+		fmt.Fprintf(stdout, "ratelimitd serves pprof on http://%s/debug/pprof/\n", dl.Addr())
+		log.Info("debug listener", "addr", dl.Addr().String())
 	}
 	fmt.Fprintf(stdout, "ratelimitd listening on http://%s (admin page: http://%s/admin/)\n", ln.Addr(), ln.Addr())
 	log.Info("listening", "addr", ln.Addr().String(), "store", storeName, "database", d.Engine())
@@ -93,11 +111,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = ld.Run(background) }()
 	go func() { defer wg.Done(); keeper.Run(background) }()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	served := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { served <- s.Serve(listeners[i]) }()
+	}
 	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, reg, log, stdout, served)
 	if err != nil {
-		_ = hs.Close()
+		for _, s := range servers {
+			_ = s.Close()
+		}
 		stopBackground()
 		wg.Wait()
 		return err
@@ -105,17 +127,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	select {
 	case err = <-served:
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		_ = hs.Close()
-		_ = stopGRPC(stopCtx)
-		cancel()
 	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		err = errors.Join(hs.Shutdown(shutdownCtx), stopGRPC(shutdownCtx))
-		cancel()
-		<-served
 	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	for _, s := range servers {
+		if serr := s.Shutdown(shutdownCtx); err == nil || errors.Is(err, http.ErrServerClosed) {
+			err = serr
+		}
+	}
+	stopGRPC(shutdownCtx)
+	cancel()
 	stopBackground()
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
@@ -123,6 +145,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped", "err", err)
 	return err
+}
+
+// protocols are those of the main listener: HTTP/1.1, and HTTP/2 without
+// TLS for clients that know beforehand that the server speaks it.
+func protocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+// debugServer serves net/http/pprof, on its own listener so that profiles
+// are never reachable through the API's address. A CPU profile or a trace
+// takes as long as the client asks, so it has no write timeout.
+func debugServer(log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // openDB connects to the database and, when migrate is true, applies the
@@ -159,7 +204,7 @@ func openStore(cfg *config) (limiter.Store, string, func()) {
 // starting together on an empty database, one does.
 func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 	secret, hash := auth.NewSecret()
-	t, created, err := d.CreateFirstToken(ctx, "ratelimitd", auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
+	t, created, err := d.CreateFirstToken(ctx, auth.ServiceActor, auth.Token{Name: "initial-admin", Scope: auth.Admin, Hash: hash})
 	if err != nil {
 		return fmt.Errorf("creating the first admin token: %w", err)
 	}
@@ -174,9 +219,9 @@ func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 // is empty, and returns what stops it gracefully within a context. A
 // failure of the listener ends serve as the HTTP server's does, through
 // failed.
-func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, reg *prometheus.Registry, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context) error, error) {
+func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, reg *prometheus.Registry, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
 	if cfg.GRPCAddr == "" {
-		return func(context.Context) error { return nil }, nil
+		return func(context.Context) {}, nil
 	}
 	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
 	if !cfg.GRPCAuth {
@@ -206,5 +251,5 @@ func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.
 			}
 		}
 	}()
-	return func(ctx context.Context) error { gs.Stop(ctx); return nil }, nil
+	return gs.Stop, nil
 }

@@ -77,47 +77,20 @@ func (s *Store) Close() {
 	}
 }
 
-// Spend implements limiter.Store.
-func (s *Store) Spend(_ context.Context, now time.Time, batch []limiter.Bucket) error {
-	s.apply(now.UnixMicro(), batch, func(nowUS int64, batch []limiter.Bucket) {
-		commit := true
+// Apply implements limiter.Store.
+func (s *Store) Apply(_ context.Context, op limiter.Op, now time.Time, batch []limiter.Bucket) (bool, error) {
+	nowUS := now.UnixMicro()
+	locked := s.lock(batch)
+	commit := limiter.StepBatch(op, nowUS, batch)
+	if commit {
 		for i := range batch {
-			b := &batch[i]
-			if _, out := limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost); !out.Allowed && !b.Shadow {
-				commit = false
-				break
+			if b := &batch[i]; b.Next != b.TAT {
+				s.put(b.Key, b.Next, nowUS)
 			}
 		}
-		if !commit {
-			return
-		}
-		for i := range batch {
-			b := &batch[i]
-			tat, _ := limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
-			if tat != b.TAT {
-				s.put(b.Key, tat, nowUS)
-			}
-		}
-	})
-	return nil
-}
-
-// Refund implements limiter.Store.
-func (s *Store) Refund(_ context.Context, now time.Time, batch []limiter.Bucket) error {
-	s.apply(now.UnixMicro(), batch, func(nowUS int64, batch []limiter.Bucket) {
-		for i := range batch {
-			b := &batch[i]
-			tat, _ := limiter.RefundStep(b.TAT, nowUS, b.Rate, b.Cost)
-			s.put(b.Key, tat, nowUS)
-		}
-	})
-	return nil
-}
-
-// Read implements limiter.Store.
-func (s *Store) Read(_ context.Context, batch []limiter.Bucket) error {
-	s.apply(0, batch, func(int64, []limiter.Bucket) {})
-	return nil
+	}
+	s.unlock(batch, locked)
+	return commit, nil
 }
 
 // Reset implements limiter.Store.
@@ -181,28 +154,37 @@ func (s *Store) shardIndex(key []byte) int {
 
 func (s *Store) shard(key []byte) *shard { return &s.shards[s.shardIndex(key)] }
 
-// apply locks the shards of the batch in ascending order, reads every TAT
-// into the batch, runs f, and unlocks. f may call put, which needs the lock.
-func (s *Store) apply(nowUS int64, batch []limiter.Bucket, f func(int64, []limiter.Bucket)) {
+// shardSet is a set of shard indexes, one bit each.
+type shardSet [shardCount / 64]uint64
+
+// lock locks the shards of the batch in ascending order and reads every
+// TAT into the batch; unlock releases them. A single bucket, the common
+// case, skips the set.
+func (s *Store) lock(batch []limiter.Bucket) shardSet {
+	var set shardSet
 	if len(batch) == 1 {
 		sh := s.shard(batch[0].Key)
 		sh.mu.Lock()
 		batch[0].TAT = sh.get(batch[0].Key)
-		f(nowUS, batch)
-		sh.mu.Unlock()
-		return
+		return set
 	}
-	var locked [shardCount / 64]uint64
 	for i := range batch {
 		n := s.shardIndex(batch[i].Key)
-		locked[n/64] |= 1 << (n % 64)
+		set[n/64] |= 1 << (n % 64)
 	}
-	forEach(&locked, func(n int) { s.shards[n].mu.Lock() })
+	set.each(func(n int) { s.shards[n].mu.Lock() })
 	for i := range batch {
 		batch[i].TAT = s.shard(batch[i].Key).get(batch[i].Key)
 	}
-	f(nowUS, batch)
-	forEach(&locked, func(n int) { s.shards[n].mu.Unlock() })
+	return set
+}
+
+func (s *Store) unlock(batch []limiter.Bucket, set shardSet) {
+	if len(batch) == 1 {
+		s.shard(batch[0].Key).mu.Unlock()
+		return
+	}
+	set.each(func(n int) { s.shards[n].mu.Unlock() })
 }
 
 // get returns the TAT of key, 0 when absent; the caller holds the lock.
@@ -230,7 +212,7 @@ func (s *Store) put(key []byte, tat, nowUS int64) {
 	sh.tats[string(key)] = p
 }
 
-func forEach(set *[shardCount / 64]uint64, f func(int)) {
+func (set *shardSet) each(f func(int)) {
 	for w, word := range set {
 		for word != 0 {
 			b := bits.TrailingZeros64(word)

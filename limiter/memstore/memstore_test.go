@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestSweepEvictsFullBuckets(t *testing.T) {
 	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
 	for i := range 1000 {
 		b := []limiter.Bucket{{Key: fmt.Appendf(nil, "1:%d", i), Rate: p.Rate(), Cost: 1 + int64(i%2)}}
-		if err := s.Spend(context.Background(), start, b); err != nil {
+		if _, err := s.Apply(context.Background(), limiter.Spend, start, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +57,7 @@ func TestSweeperRuns(t *testing.T) {
 	defer s.Close()
 	p := limiter.Params{Burst: 1, Count: 1, Period: 10 * time.Millisecond}
 	b := []limiter.Bucket{{Key: []byte("1:a"), Rate: p.Rate(), Cost: 1}}
-	if err := s.Spend(context.Background(), time.Now(), b); err != nil {
+	if _, err := s.Apply(context.Background(), limiter.Spend, time.Now(), b); err != nil {
 		t.Fatal(err)
 	}
 	if s.Len() != 1 {
@@ -66,5 +67,34 @@ func TestSweeperRuns(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the sweeper did not evict a full bucket within 10 s")
 		}
+	}
+}
+
+// BenchmarkApply measures spends, and settles beside them, of one bucket
+// from GOMAXPROCS goroutines spread over 1024 buckets. A settle uses one
+// token more than it reserved, so that it writes as a spend does.
+func BenchmarkApply(b *testing.B) {
+	roomy := limiter.Params{Burst: 1 << 30, Count: 1 << 30, Period: time.Second}.Rate()
+	for _, op := range []limiter.Op{limiter.Spend, limiter.Settle} {
+		b.Run("op="+op.String(), func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			defer s.Close()
+			keys := make([][]byte, 1024)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "1:%d", i)
+			}
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				batch := make([]limiter.Bucket, 1)
+				for i := int(worker.Add(1)); pb.Next(); i++ {
+					batch[0] = limiter.Bucket{Key: keys[i%len(keys)], Rate: roomy, Cost: 2, Reserved: 1}
+					if _, err := s.Apply(context.Background(), op, time.Now(), batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

@@ -22,22 +22,24 @@ func benchOptions() redisstore.Options {
 	return redisstore.Options{Prefix: testenv.RandomName("rlbench:") + ":", Timeout: patient}
 }
 
-// BenchmarkSpend measures spends of one and of three buckets on the shared
-// single node, from GOMAXPROCS goroutines, and reports the round trips per
-// spend.
+// BenchmarkSpend measures spends, and settles beside them, of one and of
+// three buckets on the shared single node, from GOMAXPROCS goroutines, and
+// reports the round trips per call.
 func BenchmarkSpend(b *testing.B) {
 	client := testenv.Redis(b)
 	var trips roundTrips
 	client.AddHook(&trips)
-	for _, n := range []int{1, 3} {
-		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
-			s := redisstore.New(client, benchOptions())
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("%d:bench", i+1)
-			}
-			benchSpends(b, s, &trips, keys)
-		})
+	for _, op := range []limiter.Op{limiter.Spend, limiter.Settle} {
+		for _, n := range []int{1, 3} {
+			b.Run(fmt.Sprintf("op=%s/buckets=%d", op, n), func(b *testing.B) {
+				s := redisstore.New(client, benchOptions())
+				keys := make([]string, n)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("%d:bench", i+1)
+				}
+				benchApply(b, s, op, &trips, keys)
+			})
+		}
 	}
 }
 
@@ -62,18 +64,20 @@ func BenchmarkClusterSpend(b *testing.B) {
 					keys = append(keys, k)
 				}
 			}
-			benchSpends(b, s, &trips, keys)
+			benchApply(b, s, limiter.Spend, &trips, keys)
 		})
 	}
 }
 
-func benchSpends(b *testing.B, s *redisstore.Store, trips *roundTrips, keys []string) {
+// benchApply measures calls of op on keys; a settle uses one token more
+// than it reserved, so that it writes as a spend does.
+func benchApply(b *testing.B, s limiter.Store, op limiter.Op, trips *roundTrips, keys []string) {
 	ctx := context.Background()
 	warm := make([]limiter.Bucket, len(keys))
 	for i, k := range keys {
 		warm[i] = limiter.Bucket{Key: []byte(k), Rate: roomy.Rate(), Cost: 1}
 	}
-	if err := s.Spend(ctx, time.Now(), warm); err != nil { // loads the script
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), warm); err != nil { // loads the script
 		b.Fatal(err)
 	}
 	trips.n.Store(0)
@@ -83,9 +87,9 @@ func benchSpends(b *testing.B, s *redisstore.Store, trips *roundTrips, keys []st
 		batch := make([]limiter.Bucket, len(keys))
 		for pb.Next() {
 			for i, k := range keys {
-				batch[i] = limiter.Bucket{Key: []byte(k), Rate: roomy.Rate(), Cost: 1}
+				batch[i] = limiter.Bucket{Key: []byte(k), Rate: roomy.Rate(), Cost: 2, Reserved: 1}
 			}
-			if err := s.Spend(ctx, time.Now(), batch); err != nil {
+			if _, err := s.Apply(ctx, op, time.Now(), batch); err != nil {
 				b.Error(err)
 				return
 			}
@@ -110,7 +114,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 	ctx := context.Background()
 	var worker atomic.Int64
 	warm := []limiter.Bucket{{Key: []byte("1:warm"), Rate: roomy.Rate(), Cost: 1}}
-	if err := s.Spend(ctx, time.Now(), warm); err != nil { // loads the script
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), warm); err != nil { // loads the script
 		b.Fatal(err)
 	}
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
@@ -122,7 +126,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 		key := []byte(fmt.Sprintf("1:bench%d", worker.Add(1)))
 		for pb.Next() {
 			batch[0] = limiter.Bucket{Key: key, Rate: roomy.Rate(), Cost: 1}
-			if err := s.Spend(ctx, time.Now(), batch); err != nil {
+			if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil {
 				b.Error(err)
 				return
 			}

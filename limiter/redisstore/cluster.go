@@ -19,24 +19,154 @@ package redisstore
 //     tokens stay spent until the buckets refill: conservative. A denial is
 //     returned as a denial even then, since failing open on an error would
 //     admit the batch.
-//   - When a group fails with an error and none denies, Spend refunds the
+//   - When a group fails with an error and none denies, a spend refunds the
 //     groups that were spent and returns the error; the failed group may
 //     or may not have been spent (conservative again), and its buckets
 //     report TAT 0.
-//   - Refund and Read work per slot: a refund that fails on one slot may
-//     have been applied on others, and a read may see the slots at
-//     slightly different instants.
+//   - Refunds, settles and checks work per slot: a refund or settle that
+//     fails on one slot may have been applied on others, and a check may
+//     see the slots at slightly different instants.
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
+
+// Cluster is a limiter.Store on a Redis Cluster. It is safe for concurrent
+// use.
+type Cluster struct {
+	config
+	client *redis.ClusterClient
+}
+
+var _ limiter.Store = (*Cluster)(nil)
+
+// NewCluster returns a Cluster on client; New says what it needs of it.
+func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
+	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client}
+}
+
+// Apply implements limiter.Store, as the comment at the top of this file
+// describes.
+func (s *Cluster) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []limiter.Bucket) (bool, error) {
+	nowUS := now.UnixMicro()
+	if len(batch) == 0 {
+		return limiter.StepBatch(op, nowUS, batch), nil
+	}
+	var commit bool
+	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
+		var err error
+		commit, err = s.apply(ctx, op, nowUS, batch)
+		return err
+	})
+	return commit, err
+}
+
+func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch []limiter.Bucket) (bool, error) {
+	groups := s.groups(batch)
+	if len(groups) == 1 {
+		// One slot: as atomic as on a single node.
+		cmds := evalPipelined(ctx, s.client, []scriptRun{s.run(scriptRun{}, op, nowUS, batch)}, nil)
+		reply, err := cmds[0].Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		return decide(op, nowUS, reply, batch)
+	}
+	runs := make([]scriptRun, len(groups))
+	for i, g := range groups {
+		runs[i] = s.run(scriptRun{}, op, nowUS, g.batch)
+	}
+	cmds := evalPipelined(ctx, s.client, runs, nil)
+	errs := make([]error, len(groups))
+	denied := false
+	var undo []limiter.Bucket
+	for i, g := range groups {
+		reply, err := cmds[i].Int64Slice()
+		written := false
+		if err == nil {
+			written, err = decide(op, nowUS, reply, g.batch)
+		}
+		errs[i] = err
+		for j, p := range g.pos {
+			batch[p].TAT = 0
+			if err == nil {
+				batch[p].TAT = g.batch[j].TAT
+			}
+		}
+		switch {
+		case err != nil || op != limiter.Spend:
+		case written:
+			for _, b := range g.batch {
+				if b.Next != b.TAT {
+					undo = append(undo, limiter.Bucket{Key: b.Key, Rate: b.Rate, Cost: b.Cost})
+				}
+			}
+		default:
+			denied = true
+		}
+	}
+	// The decisions on the whole batch, from the TATs the slots read.
+	commit := limiter.StepBatch(op, nowUS, batch)
+	err := slotErrors(errs)
+	if op != limiter.Spend || !denied && err == nil {
+		return commit && err == nil, err
+	}
+	if len(undo) > 0 {
+		if _, undoErr := s.apply(ctx, limiter.Refund, nowUS, undo); undoErr != nil && err != nil {
+			err = fmt.Errorf("%w; giving back the tokens spent on the other slots failed too: %v", err, undoErr)
+		}
+	}
+	if denied {
+		// A denial stands even when a slot failed: failing open on the
+		// error would admit the batch.
+		return false, nil
+	}
+	return false, err
+}
+
+// Reset implements limiter.Store, with one DEL per slot.
+func (s *Cluster) Reset(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.bounded(ctx, "reset", func(ctx context.Context) error {
+		full := s.fullKeys(keys)
+		groups := bySlot(full)
+		cmds := make([]*redis.IntCmd, len(groups))
+		s.pipeline(ctx, func(p redis.Pipeliner) {
+			for i, pos := range groups {
+				slotKeys := make([]string, len(pos))
+				for j, k := range pos {
+					slotKeys[j] = full[k]
+				}
+				cmds[i] = p.Del(ctx, slotKeys...)
+			}
+		})
+		errs := make([]error, len(cmds))
+		for i, cmd := range cmds {
+			errs[i] = cmd.Err()
+		}
+		return slotErrors(errs)
+	})
+}
+
+// Ping implements limiter.Store: every master must answer, since any of
+// them may hold a bucket.
+func (s *Cluster) Ping(ctx context.Context) error {
+	return s.bounded(ctx, "ping", func(ctx context.Context) error {
+		return s.client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	})
+}
 
 // slotCount is the number of hash slots of a Redis Cluster.
 const slotCount = 16384
@@ -91,7 +221,6 @@ func bySlot(keys []string) [][]int {
 // group is the part of a batch in one hash slot, which one script call
 // handles.
 type group struct {
-	keys []string
 	// batch holds copies of the buckets; pos[j] is where batch[j] is in
 	// the caller's batch.
 	batch []limiter.Bucket
@@ -99,128 +228,20 @@ type group struct {
 }
 
 // groups splits batch by hash slot.
-func (s *Store) groups(batch []limiter.Bucket) []group {
-	keys := s.keys(batch)
+func (s *Cluster) groups(batch []limiter.Bucket) []group {
+	keys := make([]string, len(batch))
+	for i := range batch {
+		keys[i] = s.prefix + string(batch[i].Key)
+	}
 	var groups []group
 	for _, pos := range bySlot(keys) {
 		g := group{pos: pos}
 		for _, i := range pos {
-			g.keys = append(g.keys, keys[i])
 			g.batch = append(g.batch, batch[i])
 		}
 		groups = append(groups, g)
 	}
 	return groups
-}
-
-// spendBySlot spends a batch on a Cluster, as the comment at the top
-// of this file describes.
-func (s *Store) spendBySlot(ctx context.Context, nowUS int64, batch []limiter.Bucket) error {
-	groups := s.groups(batch)
-	applied, errs := s.evalGroups(ctx, modeSpend, nowUS, batch, groups)
-	denied := false
-	var undo []limiter.Bucket
-	for i, g := range groups {
-		switch {
-		case errs[i] == nil && applied[i]:
-			undo = append(undo, written(g.batch, nowUS)...)
-		case errs[i] == nil:
-			denied = true
-		}
-	}
-	err := slotErrors(errs)
-	if !denied && err == nil {
-		return nil
-	}
-	if len(undo) > 0 {
-		if undoErr := s.evalBySlot(ctx, modeRefund, nowUS, undo); undoErr != nil && err != nil {
-			err = fmt.Errorf("%w; giving back the tokens spent on the other slots failed too: %v", err, undoErr)
-		}
-	}
-	if denied {
-		return nil
-	}
-	return err
-}
-
-// written returns fresh copies of the buckets that an applied spend wrote:
-// those SpendStep allows with a cost above 0. A shadow bucket it denied
-// was not written and must not be refunded.
-func written(batch []limiter.Bucket, nowUS int64) []limiter.Bucket {
-	var out []limiter.Bucket
-	for _, b := range batch {
-		if _, o := limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost); o.Allowed && b.Cost > 0 {
-			b.TAT = 0
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-// evalBySlot runs a refund or a read on a Cluster, each slot on its own.
-func (s *Store) evalBySlot(ctx context.Context, m mode, nowUS int64, batch []limiter.Bucket) error {
-	_, errs := s.evalGroups(ctx, m, nowUS, batch, s.groups(batch))
-	return slotErrors(errs)
-}
-
-// evalGroups runs the script on every group and records the TATs read in
-// the caller's batch, 0 for the buckets of a group that failed.
-// applied[i] and errs[i] are what group i's script call returned.
-func (s *Store) evalGroups(ctx context.Context, m mode, nowUS int64, batch []limiter.Bucket, groups []group) (applied []bool, errs []error) {
-	cmds := make([]*redis.Cmd, len(groups))
-	s.pipeline(ctx, func(p redis.Pipeliner) {
-		for i, g := range groups {
-			cmds[i] = s.script.EvalSha(ctx, p, g.keys, s.args(m, nowUS, g.batch)...)
-		}
-	})
-	// A node that lacks the script ran nothing: send it the script.
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		s.pipeline(ctx, func(p redis.Pipeliner) {
-			for _, i := range again {
-				cmds[i] = s.script.Eval(ctx, p, groups[i].keys, s.args(m, nowUS, groups[i].batch)...)
-			}
-		})
-	}
-	applied, errs = make([]bool, len(groups)), make([]error, len(groups))
-	for i, cmd := range cmds {
-		applied[i], errs[i] = s.result(cmd, groups[i].batch)
-	}
-	for i, g := range groups {
-		for j, p := range g.pos {
-			if errs[i] != nil {
-				batch[p].TAT = 0
-			} else {
-				batch[p].TAT = g.batch[j].TAT
-			}
-		}
-	}
-	return applied, errs
-}
-
-// deleteBySlot deletes keys on a Cluster with one DEL per slot.
-func (s *Store) deleteBySlot(ctx context.Context, keys []string) error {
-	groups := bySlot(keys)
-	cmds := make([]*redis.IntCmd, len(groups))
-	s.pipeline(ctx, func(p redis.Pipeliner) {
-		for i, pos := range groups {
-			slotKeys := make([]string, len(pos))
-			for j, k := range pos {
-				slotKeys[j] = keys[k]
-			}
-			cmds[i] = p.Del(ctx, slotKeys...)
-		}
-	})
-	errs := make([]error, len(cmds))
-	for i, cmd := range cmds {
-		errs[i] = cmd.Err()
-	}
-	return slotErrors(errs)
 }
 
 // slotErrors returns nil when no slot failed, else the first error, on
@@ -247,11 +268,11 @@ func slotErrors(errs []error) error {
 
 // pipeline sends the commands that fill queues in one pipeline; each
 // command carries its own result and error. Every Cluster call goes
-// through a pipeline, even a single command: go-redis routes a lone
+// through a pipeline, even a single command (evalPipelined too): go-redis routes a lone
 // command only after it has fetched the server's COMMAND table, and it
 // fetches that with its own 5 s deadline, not the call's, until it once
 // succeeds; a pipeline routes by slot alone, within the call's deadline.
-func (s *Store) pipeline(ctx context.Context, fill func(redis.Pipeliner)) {
+func (s *Cluster) pipeline(ctx context.Context, fill func(redis.Pipeliner)) {
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		fill(p)
 		return nil

@@ -198,17 +198,18 @@ func TestOneRoundTrip(t *testing.T) {
 	s := redisstore.New(client, redisstore.Options{Prefix: prefix(t, client), Timeout: patient})
 	ctx := context.Background()
 	batch := batchOf("1:a", "2:b", "3:c")
-	if err := s.Spend(ctx, time.Now(), batch); err != nil { // may load the script
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil { // may load the script
 		t.Fatal(err)
 	}
 	for _, call := range []struct {
 		name string
 		f    func() error
 	}{
-		{"spend", func() error { return s.Spend(ctx, time.Now(), batch) }},
-		{"spend of one bucket", func() error { return s.Spend(ctx, time.Now(), batch[:1]) }},
-		{"refund", func() error { return s.Refund(ctx, time.Now(), batch) }},
-		{"read", func() error { return s.Read(ctx, batch) }},
+		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batch)) }},
+		{"spend of one bucket", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batch[:1])) }},
+		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batch)) }},
+		{"settle", func() error { return errOf(s.Apply(ctx, limiter.Settle, time.Now(), batch)) }},
+		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batch)) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:a", "2:b", "3:c"}) }},
 	} {
 		trips.n.Store(0)
@@ -236,7 +237,7 @@ func TestScriptFlushed(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		if err := s.Spend(ctx, now, batch); err != nil {
+		if _, err := s.Apply(ctx, limiter.Spend, now, batch); err != nil {
 			t.Fatalf("spend %d after SCRIPT FLUSH: %v", i, err)
 		}
 		if _, o := limiter.SpendStep(batch[0].TAT, now.UnixMicro(), batch[0].Rate, 1); !o.Allowed || o.Remaining != int64(9-i) {
@@ -244,7 +245,7 @@ func TestScriptFlushed(t *testing.T) {
 		}
 	}
 	trips.n.Store(0)
-	if err := s.Spend(ctx, time.Now(), batch); err != nil {
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil {
 		t.Fatal(err)
 	}
 	if n := trips.n.Load(); n != 1 {
@@ -267,7 +268,7 @@ func TestClusterScriptFlushed(t *testing.T) {
 		}
 		batch := batchOf("1:pair", "2:pair")
 		now := time.Now()
-		if err := s.Spend(ctx, now, batch); err != nil {
+		if _, err := s.Apply(ctx, limiter.Spend, now, batch); err != nil {
 			t.Fatalf("spend %d after SCRIPT FLUSH: %v", i, err)
 		}
 		for _, b := range batch {
@@ -295,22 +296,22 @@ func TestClusterDeniedBatchGivesBack(t *testing.T) {
 		return limiter.Bucket{Key: []byte(key), Rate: one.Rate(), Cost: 1, Shadow: shadow}
 	}
 	// Empty the shadow bucket of slot {a} and the bucket of slot {b}.
-	if err := s.Spend(ctx, now, []limiter.Bucket{bucket("2:{a}", true), bucket("3:{b}", false)}); err != nil {
+	if _, err := s.Apply(ctx, limiter.Spend, now, []limiter.Bucket{bucket("2:{a}", true), bucket("3:{b}", false)}); err != nil {
 		t.Fatal(err)
 	}
 	before := []limiter.Bucket{bucket("1:{a}", false), bucket("2:{a}", true), bucket("3:{b}", false)}
-	if err := s.Read(ctx, before); err != nil {
+	if _, err := s.Apply(ctx, limiter.Check, time.Now(), before); err != nil {
 		t.Fatal(err)
 	}
 	batch := []limiter.Bucket{bucket("1:{a}", false), bucket("2:{a}", true), bucket("3:{b}", false)}
-	if err := s.Spend(ctx, now, batch); err != nil {
+	if _, err := s.Apply(ctx, limiter.Spend, now, batch); err != nil {
 		t.Fatal(err)
 	}
 	if _, o := limiter.SpendStep(batch[2].TAT, now.UnixMicro(), batch[2].Rate, 1); o.Allowed {
 		t.Fatalf("the empty bucket of slot {b} allowed: %+v", o)
 	}
 	after := []limiter.Bucket{bucket("1:{a}", false), bucket("2:{a}", true), bucket("3:{b}", false)}
-	if err := s.Read(ctx, after); err != nil {
+	if _, err := s.Apply(ctx, limiter.Check, time.Now(), after); err != nil {
 		t.Fatal(err)
 	}
 	if after[0].TAT > now.UnixMicro() {
@@ -333,7 +334,7 @@ func TestStalledServer(t *testing.T) {
 	// setup shares the connection and the cached script, and may be slow.
 	setup := redisstore.New(client, redisstore.Options{Timeout: patient})
 	ctx := context.Background()
-	if err := setup.Spend(ctx, time.Now(), batchOf("1:stall")); err != nil {
+	if _, err := setup.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stall")); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
@@ -341,9 +342,9 @@ func TestStalledServer(t *testing.T) {
 		name string
 		f    func() error
 	}{
-		{"spend", func() error { return s.Spend(ctx, time.Now(), batchOf("1:stall")) }},
-		{"refund", func() error { return s.Refund(ctx, time.Now(), batchOf("1:stall")) }},
-		{"read", func() error { return s.Read(ctx, batchOf("1:stall")) }},
+		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stall"))) }},
+		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batchOf("1:stall"))) }},
+		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batchOf("1:stall"))) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stall"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
 	} {
@@ -359,7 +360,7 @@ func TestStalledServer(t *testing.T) {
 		}
 	}
 	srv.Resume()
-	if err := setup.Spend(ctx, time.Now(), batchOf("1:stall")); err != nil {
+	if _, err := setup.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stall")); err != nil {
 		t.Fatalf("spend after the server resumed: %v", err)
 	}
 }
@@ -377,7 +378,7 @@ func TestClusterStalled(t *testing.T) {
 	ctx := context.Background()
 	one, three := batchOf("1:stall"), batchOf("1:stall", "2:stall", "3:stall")
 	// The client learns the Cluster's slots, and nothing else.
-	if err := setup.Read(ctx, three); err != nil {
+	if _, err := setup.Apply(ctx, limiter.Check, time.Now(), three); err != nil {
 		t.Fatal(err)
 	}
 	pauseCluster(t, addrs)
@@ -385,10 +386,10 @@ func TestClusterStalled(t *testing.T) {
 		name string
 		f    func() error
 	}{
-		{"spend", func() error { return s.Spend(ctx, time.Now(), one) }},
-		{"spend across slots", func() error { return s.Spend(ctx, time.Now(), three) }},
-		{"refund", func() error { return s.Refund(ctx, time.Now(), one) }},
-		{"read", func() error { return s.Read(ctx, three) }},
+		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), one)) }},
+		{"spend across slots", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), three)) }},
+		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), one)) }},
+		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), three)) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stall", "2:stall"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
 	} {
@@ -437,7 +438,7 @@ func TestStoppedServer(t *testing.T) {
 	srv := testenv.RedisServer(t)
 	s := redisstore.New(clientOn(t, srv), redisstore.Options{Timeout: patient})
 	ctx := context.Background()
-	if err := s.Spend(ctx, time.Now(), batchOf("1:stop")); err != nil {
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stop")); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop()
@@ -445,9 +446,9 @@ func TestStoppedServer(t *testing.T) {
 		name string
 		f    func() error
 	}{
-		{"spend", func() error { return s.Spend(ctx, time.Now(), batchOf("1:stop")) }},
-		{"refund", func() error { return s.Refund(ctx, time.Now(), batchOf("1:stop")) }},
-		{"read", func() error { return s.Read(ctx, batchOf("1:stop")) }},
+		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stop"))) }},
+		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batchOf("1:stop"))) }},
+		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batchOf("1:stop"))) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stop"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
 	} {
@@ -464,7 +465,7 @@ func TestStoppedServer(t *testing.T) {
 	// until a probe it makes every second connects again.
 	batch := batchOf("1:stop")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := s.Spend(ctx, time.Now(), batch)
+		_, err := s.Apply(ctx, limiter.Spend, time.Now(), batch)
 		if err == nil {
 			break
 		}
@@ -488,6 +489,9 @@ func clientOn(t *testing.T, srv *testenv.RedisProcess) redis.UniversalClient {
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }
+
+// errOf drops what a call reports besides its error.
+func errOf(_ bool, err error) error { return err }
 
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -530,7 +534,7 @@ func TestStoredForm(t *testing.T) {
 	rate := limiter.Params{Burst: 3, Count: 3, Period: 21*time.Second + 1234*time.Microsecond}.Rate()
 	now := time.Now()
 	batch := []limiter.Bucket{{Key: []byte("1:form"), Rate: rate, Cost: 2}}
-	if err := s.Spend(ctx, now, batch); err != nil {
+	if _, err := s.Apply(ctx, limiter.Spend, now, batch); err != nil {
 		t.Fatal(err)
 	}
 	tat, _ := limiter.SpendStep(batch[0].TAT, now.UnixMicro(), rate, 2)
@@ -547,5 +551,14 @@ func TestStoredForm(t *testing.T) {
 	}
 	if want := (tat + margin.Microseconds() + 999) / 1000; at != want {
 		t.Fatalf("the key expires at %d ms, want %d (TAT %d µs + %v, rounded up)", at, want, tat, margin)
+	}
+	// A TAT with trailing zeros, which a float format would shorten.
+	round := time.Unix(now.Unix()+1, 0)
+	batch = []limiter.Bucket{{Key: []byte("1:round"), Rate: limiter.Params{Burst: 1, Count: 1, Period: time.Second}.Rate(), Cost: 1}}
+	if _, err := s.Apply(ctx, limiter.Spend, round, batch); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := client.Get(ctx, p+"1:round").Result(); err != nil || raw != strconv.FormatInt(round.UnixMicro()+1_000_000, 10) {
+		t.Fatalf("stored %q (%v), want %d", raw, err, round.UnixMicro()+1_000_000)
 	}
 }

@@ -11,25 +11,31 @@ import (
 )
 
 // batchLua reads and writes one batch of buckets in one atomic step: the
-// GCRA steps of limiter.SpendStep and limiter.RefundStep, line for line,
-// run where the TATs are, so that a request costs one round trip and no
-// other request can come between the read and the write.
+// GCRA steps of limiter.SpendStep, RefundStep and SettleStep, line for
+// line, run where the TATs are, so that a request costs one round trip and
+// no other request can come between the read and the write. It returns
+// only what was read and whether it wrote; the store computes the
+// decisions in Go from that.
 //
 // Lua numbers are doubles. Every integer formed here is exact: TATs and
-// now are below 2^53 µs (year 2255) and run at most burst·T, below 100
+// now are below 2^53 µs (year 2255) and run at most 2·burst·T, below 200
 // years, ahead of now; a cost is compared with the burst or with how far a
-// TAT runs ahead before it is multiplied, so a product that is formed is
-// either exact or, for a refund, known to be far above ahead. Writes format
-// with %d: tostring would give "1.7e+15" and lose digits.
+// TAT may move before it is multiplied, so a product that is formed is
+// either exact or, rounding being monotonic, known to be above that
+// distance. Writes pass numbers to redis.call, which formats an integer
+// exactly (tostring would give "1.7e+15" and lose digits; TestStoredForm
+// checks the stored form).
 //
 // KEYS: the buckets' keys.
-// ARGV[1]: "read", "spend" or "refund". For spend and refund ARGV[2] is now
-// and ARGV[3] the expiry margin, both in µs, then four values per key:
-// the interval T in µs, the burst, the cost and "1" for a shadow bucket.
-// Returns {1 when the spend or refund was applied, else 0; then the TAT
-// read of each key, 0 when absent}.
+// ARGV[1]: the operation, "check", "spend", "refund" or "settle". Except
+// for a check, ARGV[2] is now and ARGV[3] the expiry margin, both in µs,
+// then four values per key: the interval T in µs, the burst, the cost (for
+// a settle, actual - reserved, which may be negative) and "1" for a shadow
+// bucket.
+// Returns {1 when the batch was written, else 0; then the TAT read of each
+// key, 0 when absent}.
 const batchLua = `
-local mode = ARGV[1]
+local op = ARGV[1]
 local reply = {0}
 for i, key in ipairs(KEYS) do
   local v = redis.call('GET', key)
@@ -42,20 +48,34 @@ for i, key in ipairs(KEYS) do
   end
   reply[i + 1] = tat
 end
-if mode == 'read' then
+if op == 'check' then
   return reply
 end
 
 local now, margin = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- The key lives until its bucket is full again, plus the margin that
--- covers the skew between our clocks and the server's.
+-- covers the skew between our clocks and the server's. Redis writes a
+-- number argument below 2^53 as its exact decimal digits.
 local function put(key, tat)
-  redis.call('SET', key, string.format('%d', tat),
-    'PXAT', string.format('%d', math.ceil((tat + margin) / 1000)))
+  redis.call('SET', key, tat, 'PXAT', math.ceil((tat + margin) / 1000))
 end
 
-if mode == 'spend' then
+-- RefundStep on a bucket whose TAT runs ahead of now.
+local function refund(key, t, interval, cost)
+  local ahead = t - now
+  if ahead > 0 then
+    -- cost < ceil(ahead / T) is cost * T < ahead; testing cost < ahead
+    -- first keeps a huge cost from being multiplied.
+    if cost < ahead and cost * interval < ahead then
+      put(key, t - cost * interval)
+    else
+      redis.call('DEL', key)
+    end
+  end
+end
+
+if op == 'spend' then
   local spent = {}
   for i = 1, #KEYS do
     local a = 4 * i
@@ -73,105 +93,131 @@ if mode == 'spend' then
   for i, tat in pairs(spent) do
     put(KEYS[i], tat)
   end
-  reply[1] = 1
-  return reply
-end
-
-if mode == 'refund' then
+elseif op == 'refund' or op == 'settle' then
   for i, key in ipairs(KEYS) do
     local a = 4 * i
     local interval, burst, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     local t = math.max(reply[i + 1], now)
-    local ahead = t - now
-    if cost > 0 and ahead > 0 and burst > 0 then
-      -- RefundStep's cost < ceil(ahead / T) is cost * T < ahead; testing
-      -- cost < ahead first keeps a huge cost from being multiplied.
-      if cost < ahead and cost * interval < ahead then
-        put(key, t - cost * interval)
-      else
-        redis.call('DEL', key)
+    if burst > 0 and op == 'settle' and cost > 0 then
+      -- The excess is charged past empty, up to one burst of debt.
+      local limit = now + 2 * burst * interval
+      if t < limit then
+        local room = limit - t
+        if cost > room or cost * interval > room then
+          put(key, limit)
+        else
+          put(key, t + cost * interval)
+        end
       end
+    elseif burst > 0 and cost < 0 then
+      refund(key, t, interval, -cost)
+    elseif burst > 0 and op == 'refund' and cost > 0 then
+      refund(key, t, interval, cost)
     end
   end
-  reply[1] = 1
-  return reply
+else
+  return redis.error_reply('ERR ratelimitd: unknown operation ' .. tostring(op))
 end
-
-return redis.error_reply('ERR ratelimitd: unknown mode ' .. tostring(mode))
+reply[1] = 1
+return reply
 `
 
-// mode is the script's first argument.
-type mode string
+// script is the batch script, by its SHA-1 once the server holds it.
+var script = redis.NewScript(batchLua)
 
-const (
-	modeRead   mode = "read"
-	modeSpend  mode = "spend"
-	modeRefund mode = "refund"
-)
+// scriptRun is one run of the script.
+type scriptRun struct {
+	keys []string
+	args []any
+}
 
-// args returns the script's ARGV for batch.
-func (s *Store) args(m mode, nowUS int64, batch []limiter.Bucket) []any {
-	if m == modeRead {
-		return []any{string(m)}
+// opArgs are the script's first argument for each operation, converted to
+// interfaces once rather than on every call.
+var opArgs = [...]any{
+	limiter.Check:  limiter.Check.String(),
+	limiter.Spend:  limiter.Spend.String(),
+	limiter.Refund: limiter.Refund.String(),
+	limiter.Settle: limiter.Settle.String(),
+}
+
+// run returns the script run of op on batch, in r's memory.
+func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bucket) scriptRun {
+	keys := r.keys[:0]
+	for i := range batch {
+		keys = append(keys, c.prefix+string(batch[i].Key))
 	}
-	args := make([]any, 0, 3+4*len(batch))
-	args = append(args, string(m), nowUS, s.marginUS)
+	args := append(r.args[:0], opArgs[op])
+	if op == limiter.Check {
+		return scriptRun{keys: keys, args: args}
+	}
+	args = append(args, nowUS, c.marginArg)
 	for i := range batch {
 		b := &batch[i]
+		cost := b.Cost
+		if op == limiter.Settle {
+			cost -= b.Reserved
+		}
 		shadow := 0
 		if b.Shadow {
 			shadow = 1
 		}
-		args = append(args, b.Rate.Interval, b.Rate.Burst, b.Cost, shadow)
+		args = append(args, b.Rate.Interval, b.Rate.Burst, cost, shadow)
 	}
-	return args
+	return scriptRun{keys: keys, args: args}
 }
 
-// keys returns the Redis keys of batch.
-func (s *Store) keys(batch []limiter.Bucket) []string {
-	keys := make([]string, len(batch))
-	for i := range batch {
-		keys[i] = s.prefix + string(batch[i].Key)
-	}
-	return keys
-}
-
-// eval runs the script on batch on a single node or a Sentinel's primary,
-// in one round trip while the server has the script cached (else two: the
-// script itself is sent then), shared with the calls made meanwhile (see
-// pipeline.go), and records the TATs read. It reports whether the script
-// applied the batch, false for a denied spend and for a read.
-func (s *Store) eval(ctx context.Context, m mode, nowUS int64, batch []limiter.Bucket) (bool, error) {
-	c := &scriptCall{ctx: ctx, keys: s.keys(batch), args: s.args(m, nowUS, batch), done: make(chan struct{}, 1)}
-	if err := s.pipe.do(c); err != nil {
-		return false, err
-	}
-	return s.record(c.reply, batch)
-}
-
-// result records the TATs of the script's reply in batch.
-func (s *Store) result(cmd *redis.Cmd, batch []limiter.Bucket) (bool, error) {
-	reply, err := cmd.Int64Slice()
-	if err != nil {
-		return false, err
-	}
-	return s.record(reply, batch)
-}
-
-// record records the TATs of the script's reply in batch and reports
-// whether the script applied it.
-func (s *Store) record(reply []int64, batch []limiter.Bucket) (bool, error) {
+// decide records the TATs of the script's reply in batch and decides the
+// batch with limiter.StepBatch, which must agree with what the script did.
+func decide(op limiter.Op, nowUS int64, reply []int64, batch []limiter.Bucket) (bool, error) {
 	if len(reply) != len(batch)+1 {
 		return false, fmt.Errorf("the script answered %d values for %d buckets", len(reply), len(batch))
 	}
 	for i := range batch {
 		batch[i].TAT = reply[i+1]
 	}
-	return reply[0] == 1, nil
+	commit := limiter.StepBatch(op, nowUS, batch)
+	if commit != (reply[0] == 1) {
+		return false, fmt.Errorf("the script and limiter.StepBatch disagree on a %s: wrote %v, decided %v", op, reply[0] == 1, commit)
+	}
+	return commit, nil
 }
 
-// isNoScript reports that the server does not have the script cached (a
-// restart, a failover, SCRIPT FLUSH), so the script did not run.
+// evalPipelined runs the script once per run, all in one pipeline of
+// client, then once more with the script's text, in a second pipeline, for
+// the runs whose server did not have it cached (a restart, a failover,
+// SCRIPT FLUSH) and so ran nothing. It appends the result of each run to
+// cmds[:0], in order.
+func evalPipelined(ctx context.Context, client redis.UniversalClient, runs []scriptRun, cmds []*redis.Cmd) []*redis.Cmd {
+	cmds = cmds[:0]
+	if c, ok := client.(*redis.Client); ok && len(runs) == 1 {
+		// A lone run on a single node costs less as a plain command, and
+		// go-redis' Run sends the script's text itself when it must.
+		return append(cmds, script.Run(ctx, c, runs[0].keys, runs[0].args...))
+	}
+	pipe := client.Pipeline()
+	for _, r := range runs {
+		cmds = append(cmds, script.EvalSha(ctx, pipe, r.keys, r.args...))
+	}
+	_, _ = pipe.Exec(ctx)
+	again := false
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			if !again {
+				pipe, again = client.Pipeline(), true
+			}
+			cmds[i] = script.Eval(ctx, pipe, runs[i].keys, runs[i].args...)
+		}
+	}
+	if again {
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmds
+}
+
+// isNoScript reports that the server does not have the script cached, so
+// the script did not run.
 func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+	// Most calls succeed: nil is answered without the checks, which
+	// allocate.
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }

@@ -44,6 +44,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CostExceedsBurst", testCostExceedsBurst},
 		{"BurstZeroBlocks", testBurstZeroBlocks},
 		{"Refund", testRefund},
+		{"Settle", testSettle},
+		{"SettleBatch", testSettleBatch},
 		{"Reset", testReset},
 		{"BatchAllOrNothing", testBatchAllOrNothing},
 		{"Shadow", testShadow},
@@ -52,6 +54,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OddRates", testOddRates},
 		{"ConcurrentSpends", testConcurrentSpends},
 		{"ConcurrentBatches", testConcurrentBatches},
+		{"ConcurrentSettles", testConcurrentSettles},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, newHarness(t)) })
@@ -76,8 +79,8 @@ func (c *checker) advance(d time.Duration) { c.now = c.now.Add(d) }
 func (c *checker) tats(buckets ...limiter.Bucket) []int64 {
 	c.t.Helper()
 	batch := append([]limiter.Bucket(nil), buckets...)
-	if err := c.h.Store.Read(context.Background(), batch); err != nil {
-		c.t.Fatalf("Read: %v", err)
+	if _, err := c.h.Store.Apply(context.Background(), limiter.Check, c.now, batch); err != nil {
+		c.t.Fatalf("check: %v", err)
 	}
 	out := make([]int64, len(batch))
 	for i, b := range batch {
@@ -104,49 +107,54 @@ func (c *checker) refund(buckets ...limiter.Bucket) []limiter.Outcome {
 	return c.do(limiter.Refund, buckets)
 }
 
+func (c *checker) settle(buckets ...limiter.Bucket) []limiter.Outcome {
+	c.t.Helper()
+	return c.do(limiter.Settle, buckets)
+}
+
+// do runs op and checks that the store reports the TATs a check read
+// before, and decides and writes exactly what limiter.StepBatch does with
+// them.
 func (c *checker) do(op limiter.Op, buckets []limiter.Bucket) []limiter.Outcome {
 	c.t.Helper()
 	before := c.tats(buckets...)
 	batch := append([]limiter.Bucket(nil), buckets...)
-	var err error
-	if op == limiter.Spend {
-		err = c.h.Store.Spend(context.Background(), c.now, batch)
-	} else {
-		err = c.h.Store.Refund(context.Background(), c.now, batch)
-	}
+	commit, err := c.h.Store.Apply(context.Background(), op, c.now, batch)
 	if err != nil {
 		c.t.Fatalf("%s: %v", op, err)
 	}
 	nowUS := c.now.UnixMicro()
-	outs := make([]limiter.Outcome, len(batch))
-	want := make([]int64, len(batch))
-	commit := true
+	want := append([]limiter.Bucket(nil), buckets...)
 	for i, b := range batch {
 		if got := c.full(b.TAT); got != before[i] {
-			c.t.Fatalf("%s reported TAT %d for %s, Read said %d", op, got, b.Key, before[i])
+			c.t.Fatalf("%s reported TAT %d for %s, a check said %d", op, got, b.Key, before[i])
 		}
-		if op == limiter.Spend {
-			want[i], outs[i] = limiter.SpendStep(b.TAT, nowUS, b.Rate, b.Cost)
-			commit = commit && (outs[i].Allowed || b.Shadow)
-		} else {
-			want[i], outs[i] = limiter.RefundStep(b.TAT, nowUS, b.Rate, b.Cost)
-		}
+		want[i].TAT = b.TAT
+	}
+	if wantCommit := limiter.StepBatch(op, nowUS, want); commit != wantCommit {
+		c.t.Fatalf("%s reported written %v, StepBatch says %v", op, commit, wantCommit)
 	}
 	after := c.tats(buckets...)
+	outs := make([]limiter.Outcome, len(batch))
 	for i, b := range batch {
-		w := c.full(want[i])
-		if !commit {
-			w = before[i]
+		if b.Next != want[i].Next || b.Outcome != want[i].Outcome {
+			c.t.Fatalf("%s of %s reported TAT %d and %+v, StepBatch says %d and %+v", op, b.Key, b.Next, b.Outcome, want[i].Next, want[i].Outcome)
 		}
-		if after[i] != w {
-			c.t.Fatalf("%s of %s (cost %d, rate %+v) at %d: store holds TAT %d, the Go step says %d", op, b.Key, b.Cost, b.Rate, nowUS, after[i], w)
+		if w := c.full(b.Next); after[i] != w {
+			c.t.Fatalf("%s of %s (cost %d, reserved %d, rate %+v) at %d: store holds TAT %d, the Go step says %d", op, b.Key, b.Cost, b.Reserved, b.Rate, nowUS, after[i], w)
 		}
+		outs[i] = b.Outcome
 	}
 	return outs
 }
 
 func bucket(key string, p limiter.Params, cost int64) limiter.Bucket {
 	return limiter.Bucket{Key: []byte(key), Rate: p.Rate(), Cost: cost}
+}
+
+// settled is a bucket of a settle that reserved one amount and used another.
+func settled(key string, p limiter.Params, reserved, actual int64) limiter.Bucket {
+	return limiter.Bucket{Key: []byte(key), Rate: p.Rate(), Cost: actual, Reserved: reserved}
 }
 
 func expect(t *testing.T, what string, got limiter.Outcome, want limiter.Outcome) {
@@ -235,6 +243,74 @@ func testRefund(t *testing.T, h Harness) {
 	expect(t, "refund after a partial refill", c.refund(bucket("1:refund", p, 1<<62))[0], limiter.Outcome{Allowed: true, Remaining: 10})
 }
 
+// testSettle: a settle gives back what was reserved and not used, charges
+// the excess into debt, which denies spends and checks until it is paid,
+// and stops at one burst of debt.
+func testSettle(t *testing.T, h Harness) {
+	c := newChecker(t, h)
+	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
+	c.spend(bucket("1:settle", p, 5))
+	expect(t, "reserved 5, used 2", c.settle(settled("1:settle", p, 5, 2))[0],
+		limiter.Outcome{Allowed: true, Remaining: 8, ResetAfter: 200 * ms})
+	expect(t, "used 15 more than reserved", c.settle(settled("1:settle", p, 0, 15))[0],
+		limiter.Outcome{Allowed: true, Debt: 7, ResetAfter: 1700 * ms})
+	at, ok := h.Expiry(t, "1:settle")
+	if full := c.now.Add(1700 * ms).Add(h.ExpiryMargin); !ok || at.Before(full.Add(-ms)) || at.After(full.Add(time.Second)) {
+		t.Fatalf("a bucket in debt expires at %v (held: %v), want %v", at, ok, full)
+	}
+	expect(t, "a spend in debt", c.spend(bucket("1:settle", p, 1))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 7, RetryAfter: 800 * ms, ResetAfter: 1700 * ms})
+	expect(t, "a check in debt", c.spend(bucket("1:settle", p, 0))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 7, RetryAfter: 700 * ms, ResetAfter: 1700 * ms})
+	expect(t, "a huge excess is capped at one burst of debt", c.settle(settled("1:settle", p, 0, 1<<62))[0],
+		limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second})
+	expect(t, "at the cap nothing more is charged", c.settle(settled("1:settle", p, 3, 4))[0],
+		limiter.Outcome{Allowed: true, Capped: true, Debt: 10, ResetAfter: 2 * time.Second})
+	c.advance(500 * ms)
+	expect(t, "the debt is paid over time", c.spend(bucket("1:settle", p, 0))[0],
+		limiter.Outcome{Reason: limiter.ReasonLimited, Debt: 5, RetryAfter: 500 * ms, ResetAfter: 1500 * ms})
+	expect(t, "a huge reservation gives everything back", c.settle(settled("1:settle", p, 1<<62, 0))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	expect(t, "a settle of a full bucket that used less", c.settle(settled("1:settle", p, 2, 1))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	expect(t, "a settle that used what it reserved", c.settle(settled("1:unknown", p, 4, 4))[0],
+		limiter.Outcome{Allowed: true, Remaining: 10})
+	blocked := limiter.Params{Burst: 0, Count: 1, Period: time.Second}
+	expect(t, "a blocked bucket", c.settle(settled("1:blocked", blocked, 0, 5))[0],
+		limiter.Outcome{Reason: limiter.ReasonBlocked, RetryAfter: limiter.Never})
+}
+
+// testSettleBatch: a settle applies every bucket of its batch, shadow ones
+// too, whatever the others do.
+func testSettleBatch(t *testing.T, h Harness) {
+	c := newChecker(t, h)
+	p := limiter.Params{Burst: 4, Count: 4, Period: time.Hour}
+	c.spend(bucket("1:pair", p, 4), bucket("2:pair", p, 1))
+	shadow := settled("2:pair", p, 1, 6)
+	shadow.Shadow = true
+	outs := c.settle(settled("1:pair", p, 4, 1), shadow)
+	expect(t, "the bucket given back 3", outs[0], limiter.Outcome{Allowed: true, Remaining: 3, ResetAfter: 15 * time.Minute})
+	expect(t, "the shadow bucket charged 5", outs[1], limiter.Outcome{Allowed: true, Debt: 2, ResetAfter: 90 * time.Minute})
+}
+
+// testConcurrentSettles: settles of the same bucket at once each charge
+// their whole excess, as they would one after the other.
+func testConcurrentSettles(t *testing.T, h Harness) {
+	p := limiter.Params{Burst: 1000, Count: 1, Period: time.Hour}
+	start := time.Now()
+	run(t, 32, 20, func() error {
+		_, err := h.Store.Apply(context.Background(), limiter.Settle, start, []limiter.Bucket{settled("1:settles", p, 1, 2)})
+		return err
+	})
+	b := []limiter.Bucket{bucket("1:settles", p, 0)}
+	if _, err := h.Store.Apply(context.Background(), limiter.Check, start, b); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b[0].TAT-start.UnixMicro(), 32*20*p.Rate().Interval; got != want {
+		t.Fatalf("640 settles of 1 token each moved the TAT %dµs ahead, want %d", got, want)
+	}
+}
+
 func testReset(t *testing.T, h Harness) {
 	c := newChecker(t, h)
 	p := limiter.Params{Burst: 3, Count: 3, Period: time.Hour}
@@ -257,9 +333,11 @@ func testBatchAllOrNothing(t *testing.T, h Harness) {
 	}
 	c.spend(batch[9:]...) // the last bucket has one token left
 	c.spend(batch[9:]...) // and now none
+	// The buckets that allow their cost report what they hold, since the
+	// batch spends nothing.
 	outs := c.spend(batch...)
 	for i, o := range outs[:9] {
-		expect(t, fmt.Sprintf("bucket %d alone", i), o, limiter.Outcome{Allowed: true, Remaining: 1, ResetAfter: 30 * time.Minute})
+		expect(t, fmt.Sprintf("bucket %d of the denied batch", i), o, limiter.Outcome{Allowed: true, Remaining: 2})
 	}
 	if outs[9].Allowed {
 		t.Fatalf("the empty bucket was allowed: %+v", outs[9])
@@ -365,14 +443,14 @@ func testConcurrentSpends(t *testing.T, h Harness) {
 	var allowed atomic.Int64
 	run(t, 64, 50, func() error {
 		b := []limiter.Bucket{bucket("1:race", p, 1)}
-		now := time.Now()
-		if err := h.Store.Spend(context.Background(), now, b); err != nil {
-			return err
+		written, err := h.Store.Apply(context.Background(), limiter.Spend, time.Now(), b)
+		if written != b[0].Outcome.Allowed {
+			return fmt.Errorf("a spend reported written %v and %+v", written, b[0].Outcome)
 		}
-		if _, o := limiter.SpendStep(b[0].TAT, now.UnixMicro(), b[0].Rate, 1); o.Allowed {
+		if written {
 			allowed.Add(1)
 		}
-		return nil
+		return err
 	})
 	if got := allowed.Load(); got != 100 {
 		t.Fatalf("64x50 concurrent spends against a burst of 100 admitted %d", got)
@@ -386,26 +464,18 @@ func testConcurrentBatches(t *testing.T, h Harness) {
 	var allowed atomic.Int64
 	run(t, 32, 20, func() error {
 		b := []limiter.Bucket{bucket("1:pair", p, 1), bucket("2:pair", p, 1)}
-		now := time.Now()
-		if err := h.Store.Spend(context.Background(), now, b); err != nil {
-			return err
-		}
-		ok := true
-		for _, x := range b {
-			_, o := limiter.SpendStep(x.TAT, now.UnixMicro(), x.Rate, 1)
-			ok = ok && o.Allowed
-		}
-		if ok {
+		written, err := h.Store.Apply(context.Background(), limiter.Spend, time.Now(), b)
+		if written {
 			allowed.Add(1)
 		}
-		return nil
+		return err
 	})
 	got := allowed.Load()
 	if got > 50 || h.ExactBatches && got != 50 {
 		t.Fatalf("concurrent batches against a burst of 50 admitted %d (exact: %v)", got, h.ExactBatches)
 	}
 	b := []limiter.Bucket{bucket("1:pair", p, 0), bucket("2:pair", p, 0)}
-	if err := h.Store.Read(context.Background(), b); err != nil {
+	if _, err := h.Store.Apply(context.Background(), limiter.Check, time.Now(), b); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMicro()

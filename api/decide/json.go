@@ -1,4 +1,4 @@
-package api
+package decide
 
 import (
 	"strconv"
@@ -7,22 +7,22 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// decodeDecisions reads the common form of a decision body, appending its
-// requests to dst:
+// decodeFast reads the common form of a body, appending its requests to
+// dst:
 //
 //	{"buckets": [{"limit": "L", "bucket_id": "B", "cost": 1}, ...]}
 //
 // with 1 to limiter.MaxBatch buckets, each holding limit and bucket_id at
-// most once, an optional cost that is a non-negative integer, and strings
-// without escapes. It reports false for anything else, valid or not;
-// bindDecisions then reads the body with the generic decoder, which
+// most once, an optional cost (withCost only) that is a non-negative
+// integer, and strings of valid UTF-8 without escapes. It reports false
+// for anything else, valid or not; decodeStrict then reads the body, which
 // accepts the rest of JSON and words every error. So the two agree by
 // construction on every body this one refuses, and the fuzz test checks
 // that they agree on every body it takes.
 //
-// It exists because the generic decoder decodes each body twice through
-// reflection; this one costs a pass over the bytes and the strings.
-func decodeDecisions(body []byte, dst []limiter.Request, sc *decisionScratch) ([]limiter.Request, bool) {
+// It exists because decodeStrict costs a token, and an allocation or more,
+// per JSON value; this one costs a pass over the bytes and the strings.
+func decodeFast(body []byte, dst []limiter.Request, withCost bool, sc *scratch) ([]limiter.Request, bool) {
 	p := jsonScanner{b: body}
 	if !p.next('{') || !p.key("buckets") || !p.next('[') {
 		return dst, false
@@ -31,7 +31,7 @@ func decodeDecisions(body []byte, dst []limiter.Request, sc *decisionScratch) ([
 		if len(dst) == limiter.MaxBatch {
 			return dst, false
 		}
-		req, ok := p.bucket(sc)
+		req, ok := p.bucket(withCost, sc)
 		if !ok {
 			return dst, false
 		}
@@ -51,7 +51,7 @@ func decodeDecisions(body []byte, dst []limiter.Request, sc *decisionScratch) ([
 	return dst, p.i == len(p.b)
 }
 
-// jsonScanner reads the few JSON forms decodeDecisions takes.
+// jsonScanner reads the few JSON forms decodeFast takes.
 type jsonScanner struct {
 	b []byte
 	i int
@@ -97,8 +97,7 @@ func (p *jsonScanner) str() ([]byte, bool) {
 		case c == '"':
 			s := p.b[start:p.i]
 			p.i++
-			// encoding/json replaces invalid UTF-8, which the generic
-			// decoder does for us.
+			// Invalid UTF-8 is a 400, which decodeStrict words.
 			return s, ascii || utf8.Valid(s)
 		case c == '\\' || c < 0x20:
 			return nil, false
@@ -134,7 +133,7 @@ func (p *jsonScanner) cost() (int64, bool) {
 }
 
 // bucket consumes one bucket object.
-func (p *jsonScanner) bucket(sc *decisionScratch) (limiter.Request, bool) {
+func (p *jsonScanner) bucket(withCost bool, sc *scratch) (limiter.Request, bool) {
 	req := limiter.Request{Cost: 1}
 	if !p.next('{') {
 		return req, false
@@ -159,6 +158,9 @@ func (p *jsonScanner) bucket(sc *decisionScratch) (limiter.Request, bool) {
 			}
 			req.BucketID, haveID = string(v), true
 		case "cost":
+			if !withCost {
+				return req, false
+			}
 			v, ok := p.cost()
 			if !ok || haveCost {
 				return req, false
@@ -180,7 +182,7 @@ func (p *jsonScanner) bucket(sc *decisionScratch) (limiter.Request, bool) {
 // appendJSON appends r as encoding/json's Encoder would write it, without
 // HTML escaping; a test holds the two equal. It exists because the answer
 // is written on every decision, and reflection was a large part of that.
-func (r *decisionResult) appendJSON(b []byte) []byte {
+func (r *result) appendJSON(b []byte) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
 	b = append(b, `,"retry_after_ms":`...)
@@ -205,7 +207,7 @@ func (r *decisionResult) appendJSON(b []byte) []byte {
 	return append(b, "}\n"...)
 }
 
-func (d *decisionResponse) appendJSON(b []byte) []byte {
+func (d *decision) appendJSON(b []byte) []byte {
 	b = append(b, `{"limit":`...)
 	b = appendJSONString(b, d.Limit)
 	b = append(b, `,"bucket_id":`...)

@@ -1,9 +1,10 @@
-package api
+package decide
 
 import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -27,28 +28,29 @@ var decisionSeeds = []string{
 	"{\"buckets\":[{\"limit\":\"L\",\"bucket_id\":\"\xff\"}]}",
 	`{"buckets":[{"limit":"L","bucket_id":"1"}]} x`,
 	`{"buckets":[{"limit":"L","bucket_id":"1"},]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"d","cost":5,"cost":0}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"1","cost":99999999999999999999}]}`,
+	`{"buckets":[{"limit":"L","bucket_id":"a\u0000b"}]}`,
 }
 
-// FuzzDecisionDecoder holds the fast decoder to the generic one: every body
-// it takes, the generic decoder takes too, without any field error, and
-// reads into the same requests.
+// FuzzDecisionDecoder holds the fast decoder to the strict one: every body
+// it takes, the strict one takes too, without any field error, and reads
+// into the same requests. Neither may panic.
 func FuzzDecisionDecoder(f *testing.F) {
 	for _, s := range decisionSeeds {
-		f.Add([]byte(s))
+		f.Add([]byte(s), true)
 	}
-	s := &Server{validate: newValidator()}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		fast, ok := decodeDecisions(body, nil, new(decisionScratch))
+	f.Fuzz(func(t *testing.T, body []byte, withCost bool) {
+		strict, fields, err := decodeStrict(body, nil, withCost)
+		fast, ok := decodeFast(body, nil, withCost, new(scratch))
 		if !ok {
 			return
 		}
-		var req decisionRequest
-		var fs fieldSet
-		if err := s.decode(body, &req, &fs); err != nil || !fs.empty() {
-			t.Fatalf("the fast decoder took %q, the generic one says %v %v", body, err, fs.err())
+		if err != nil || len(fields) > 0 {
+			t.Fatalf("the fast decoder took %q, the strict one says %v %v", body, err, fields)
 		}
-		if generic := req.requests(nil); !reflect.DeepEqual(fast, generic) {
-			t.Fatalf("%q: fast %+v, generic %+v", body, fast, generic)
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("%q: fast %+v, strict %+v", body, fast, strict)
 		}
 	})
 }
@@ -59,7 +61,7 @@ func FuzzDecisionJSON(f *testing.F) {
 	f.Add("L", "\"\\\x00\x1f\x7f<>&\u2028\u2029\xff\xfe☃", "", int64(-1), false)
 	f.Fuzz(func(t *testing.T, limit, id, period string, n int64, allowed bool) {
 		reason := limiter.ReasonLimited
-		r := decisionResult{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decisionResponse{
+		r := result{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decision{
 			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Period: period, Source: limiter.Source(id)},
 			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
 		}}
@@ -72,11 +74,33 @@ func FuzzDecisionJSON(f *testing.F) {
 		if got := r.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want.Bytes())
 		}
-		empty := decisionResult{}
+		empty := result{}
 		want.Reset()
 		_ = enc.Encode(&empty)
 		if got := empty.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("appendJSON of nothing: %s, want %s", got, want.Bytes())
 		}
 	})
+}
+
+// TestSurrogateEscapes shows that escaped surrogate pairs are read, and
+// that half of one is refused rather than read as U+FFFD.
+func TestSurrogateEscapes(t *testing.T) {
+	for body, ok := range map[string]bool{
+		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00"}]}`:       true,
+		`{"buckets":[{"limit":"L","bucket_id":"\\ud800 \u00e9"}]}`:     true,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud800"}]}`:             false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud800\u0041"}]}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ude00\ud83d"}]}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"x"}],"\udfff":1}`:       false,
+		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00\ud83d"}]}`: false,
+	} {
+		reqs, _, err := decodeStrict([]byte(body), nil, true)
+		if (err == nil) != ok {
+			t.Errorf("%s: %v", body, err)
+		}
+		if ok && (len(reqs) != 1 || strings.ContainsRune(reqs[0].BucketID, '\ufffd')) {
+			t.Errorf("%s: %+v", body, reqs)
+		}
+	}
 }

@@ -32,7 +32,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	// instant, the TAT is n seconds ahead.
 	params := limiter.Params{Burst: spends, Count: 1, Period: time.Second}
 	now := time.Now()
-	if err := s.Read(ctx, batchOf("1:warm")); err != nil { // may load the script
+	if _, err := s.Apply(ctx, limiter.Check, time.Now(), batchOf("1:warm")); err != nil { // may load the script
 		t.Fatal(err)
 	}
 	trips.n.Store(0)
@@ -43,7 +43,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 			key := []byte(fmt.Sprintf("1:g%d", g))
 			for i := range spends {
 				batch := []limiter.Bucket{{Key: key, Rate: params.Rate(), Cost: 1}}
-				if err := s.Spend(ctx, now, batch); err != nil {
+				if _, err := s.Apply(ctx, limiter.Spend, now, batch); err != nil {
 					errs <- err
 					return
 				}
@@ -77,7 +77,7 @@ func TestEndedContextSendsNothing(t *testing.T) {
 	s := redisstore.New(client, redisstore.Options{Prefix: prefix(t, client), Timeout: patient})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Spend(ctx, time.Now(), batchOf("1:cancelled"))
+	_, err := s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:cancelled"))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}

@@ -1,4 +1,4 @@
-package api_test
+package decide_test
 
 import (
 	"context"
@@ -14,16 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 )
 
-// benchServer is the API on the in-process store with a snapshot built in
-// memory: what a spend costs in this process, without network or database.
-// Limit0 to Limit2 allow every spend; Denied allows one a day, so that a
-// bucket once spent stays empty and cached.
-func benchServer(b *testing.B) (*api.Server, string) {
+// benchServer is the service's handler, the bucket routes beside the admin
+// API, on the in-process store with a snapshot built in memory: what a
+// spend costs in this process, without network or database. Limit0 to
+// Limit2 allow every spend; Denied allows one a day, so that a bucket once
+// spent stays empty and cached.
+func benchServer(b *testing.B) (http.Handler, string) {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := memstore.New(memstore.Options{})
@@ -46,7 +48,7 @@ func benchServer(b *testing.B) (*api.Server, string) {
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, time.Hour, log)
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: prometheus.NewRegistry(), Logger: log})
-	return srv, secret
+	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log}).Beside(srv), secret
 }
 
 // BenchmarkSpendHTTP measures POST /v1/spend through the whole handler
@@ -54,9 +56,9 @@ func benchServer(b *testing.B) (*api.Server, string) {
 // in-process store, metrics, headers and the answer.
 func BenchmarkSpendHTTP(b *testing.B) {
 	bodies := map[string]string{
-		"1 bucket":        `{"buckets":[{"limit":"Limit0","bucket_id":"12345678","cost":1}]}`,
-		"3 buckets":       `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`,
-		"generic decoder": `{"buckets":[{"limit":"Limit0","bucket_id":"1234567\u0038","cost":1}]}`,
+		"1 bucket":       `{"buckets":[{"limit":"Limit0","bucket_id":"12345678","cost":1}]}`,
+		"3 buckets":      `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`,
+		"strict decoder": `{"buckets":[{"limit":"Limit0","bucket_id":"1234567\u0038","cost":1}]}`,
 	}
 	for name, body := range bodies {
 		b.Run(name, func(b *testing.B) {
@@ -92,7 +94,7 @@ func (w *discardWriter) WriteHeader(status int)      { w.status = status }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 
 // BenchmarkDecisionHandler measures what the service's own code costs per
-// decision: the handler chain from ServeHTTP down, on the in-process store,
+// decision: the handler from ServeHTTP down, on the in-process store,
 // with the request and the writer reused, so that neither the test's
 // allocations nor net/http's are counted. The allowed runs spend on a huge
 // burst; the denied ones on a burst of 1, emptied before the timer starts,

@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script calls on a single node (or a Sentinel's primary) are pipelined
-// when they come faster than the wire takes them. A call that finds fewer
+// A Node's script calls queue when they come faster than the wire takes
+// them, and the queue goes as one pipeline. A call that finds fewer
 // than maxInFlight round trips under way is sent at once, by its caller,
 // as without pipelining; the calls that arrive meanwhile queue, and go
 // together as soon as a round trip comes back, in one write and one read,
@@ -23,28 +23,24 @@ import (
 // context's error and is dropped if it has not been sent yet; once sent it
 // may have run, as a call that timed out on the wire always may have.
 const (
-	// maxInFlight is how many round trips a Store has on the wire at
-	// once, each on its own connection. BenchmarkSpendConcurrent on the
-	// 2-core test machine, in CPU time per spend and time per spend, with
-	// 1, 2 and unpipelined: at 4 goroutines 32 µs and 60 µs, 22 and 31,
-	// 25 and 30 (one in flight makes two concurrent calls wait for each
-	// other); at 64, 7 and 15, 7 and 13, 18 and 19. Under the service's
-	// load at 64 connections 1 and 2 gave the same throughput.
+	// maxInFlight is how many round trips a Node has on the wire at
+	// once, each on its own connection: with one, two concurrent calls
+	// wait for each other; more gain nothing under load
+	// (BenchmarkSpendConcurrent).
 	maxInFlight = 2
 	// maxPipeline bounds the calls of one pipeline, and so the wait of the
 	// calls behind them.
 	maxPipeline = 128
 )
 
-// scriptCall is one script run. The caller owns keys and args until it
-// queues the call; then the pipeline owns the call until it signals done,
-// and may fill reply and err until then.
+// scriptCall is one script run. The caller owns it until it queues it;
+// then the queue owns it until it signals done, and may fill reply and err
+// until then. A Node reuses the calls it owns again, and their buffers.
 type scriptCall struct {
 	// ctx is the caller's: a call whose context has ended by the time its
 	// pipeline is sent is not sent.
 	ctx   context.Context
-	keys  []string
-	args  []any
+	run   scriptRun
 	reply []int64
 	err   error
 	// done receives one value when reply and err are set; it is buffered
@@ -52,11 +48,10 @@ type scriptCall struct {
 	done chan struct{}
 }
 
-// pipeliner sends script calls, queueing and pipelining those that find
-// the wire full.
-type pipeliner struct {
+// queue sends script calls, queueing those that find the wire full and
+// sending them together.
+type queue struct {
 	client redis.UniversalClient
-	script *redis.Script
 
 	mu      sync.Mutex
 	pending []*scriptCall
@@ -68,17 +63,20 @@ type pipeliner struct {
 }
 
 // do sends c, or queues it when the wire is full, and waits for its reply
-// or for its context to end.
-func (p *pipeliner) do(c *scriptCall) error {
+// or for its context to end. It reports whether c is the caller's again:
+// a call given up on while queued still belongs to the queue.
+func (p *queue) do(c *scriptCall) (bool, error) {
 	if err := c.ctx.Err(); err != nil {
-		return err
+		return true, err
 	}
 	p.mu.Lock()
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
+		var buf pipelineBuf
 		calls := [1]*scriptCall{c}
-		p.run(c.ctx, calls[:], nil)
+		p.run(c.ctx, calls[:], &buf)
+		<-c.done
 		p.mu.Lock()
 		if len(p.pending) > 0 {
 			// What queued meanwhile goes now, on the round trip this
@@ -89,24 +87,30 @@ func (p *pipeliner) do(c *scriptCall) error {
 			p.inFlight--
 			p.mu.Unlock()
 		}
-		return c.err
+		return true, c.err
 	}
 	p.pending = append(p.pending, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.err
+		return true, c.err
 	case <-c.ctx.Done():
-		return c.ctx.Err()
+		return false, c.ctx.Err()
 	}
+}
+
+// pipelineBuf is the memory of one pipeline, reused by the next.
+type pipelineBuf struct {
+	runs []scriptRun
+	cmds []*redis.Cmd
 }
 
 // send sends what is queued, a pipeline at a time, until nothing is. It
 // runs as one of the round trips inFlight counts.
-func (p *pipeliner) send() {
+func (p *queue) send() {
 	var (
 		calls []*scriptCall
-		cmds  []*redis.Cmd
+		buf   pipelineBuf
 	)
 	for {
 		p.mu.Lock()
@@ -121,7 +125,7 @@ func (p *pipeliner) send() {
 		clear(p.pending[left:])
 		p.pending = p.pending[:left]
 		p.mu.Unlock()
-		cmds = p.runQueued(calls, cmds[:0])
+		p.runQueued(calls, &buf)
 		// The calls belong to their callers again.
 		clear(calls)
 	}
@@ -129,7 +133,7 @@ func (p *pipeliner) send() {
 
 // runQueued sends queued calls in one pipeline, which lasts as long as the
 // most patient of them; each caller stops waiting at its own deadline.
-func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) runQueued(calls []*scriptCall, buf *pipelineBuf) {
 	// Every call's context has a deadline: the Store's calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
@@ -139,14 +143,13 @@ func (p *pipeliner) runQueued(calls []*scriptCall, cmds []*redis.Cmd) []*redis.C
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	return p.run(ctx, calls, cmds)
+	p.run(ctx, calls, buf)
 }
 
-// run sends calls in one pipeline under ctx, and again with the script's
-// text those that found it missing from the server, then hands every call
-// its result. Calls whose context has ended are answered with its error
+// run sends calls in one pipeline under ctx, then hands every call its
+// result. Calls whose context has ended are answered with its error
 // and not sent.
-func (p *pipeliner) run(ctx context.Context, calls []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *pipelineBuf) {
 	live := calls[:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
@@ -157,31 +160,17 @@ func (p *pipeliner) run(ctx context.Context, calls []*scriptCall, cmds []*redis.
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return cmds
+		return
 	}
-	pipe := p.client.Pipeline()
+	buf.runs = buf.runs[:0]
 	for _, c := range live {
-		cmds = append(cmds, p.script.EvalSha(ctx, pipe, c.keys, c.args...))
+		buf.runs = append(buf.runs, c.run)
 	}
-	_, _ = pipe.Exec(ctx)
-	// A call that found the script missing (a restart, a failover, SCRIPT
-	// FLUSH) did not run: send it again with the script's text.
-	again := false
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			if !again {
-				pipe, again = p.client.Pipeline(), true
-			}
-			cmds[i] = p.script.Eval(ctx, pipe, live[i].keys, live[i].args...)
-		}
-	}
-	if again {
-		_, _ = pipe.Exec(ctx)
-	}
+	buf.cmds = evalPipelined(ctx, p.client, buf.runs, buf.cmds)
 	for i, c := range live {
-		c.reply, c.err = cmds[i].Int64Slice()
+		c.reply, c.err = buf.cmds[i].Int64Slice()
 		c.done <- struct{}{}
 	}
-	clear(cmds)
-	return cmds[:0]
+	clear(buf.runs)
+	clear(buf.cmds)
 }

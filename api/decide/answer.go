@@ -1,0 +1,176 @@
+package decide
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// result is the answer of a decision.
+type result struct {
+	Allowed      bool       `json:"allowed"`
+	RetryAfterMS int64      `json:"retry_after_ms"`
+	ResetAfterMS int64      `json:"reset_after_ms"`
+	Degraded     bool       `json:"degraded"`
+	Decisions    []decision `json:"decisions"`
+}
+
+// decision is the answer for one bucket.
+type decision struct {
+	Limit        string          `json:"limit"`
+	BucketID     string          `json:"bucket_id"`
+	Allowed      bool            `json:"allowed"`
+	Reason       *limiter.Reason `json:"reason"`
+	Remaining    int64           `json:"remaining"`
+	RetryAfterMS int64           `json:"retry_after_ms"`
+	ResetAfterMS int64           `json:"reset_after_ms"`
+	Burst        int64           `json:"burst"`
+	Count        int64           `json:"count"`
+	Period       string          `json:"period"`
+	Source       limiter.Source  `json:"source"`
+	Shadow       bool            `json:"shadow"`
+	// reason is what Reason points to when there is one, so that the
+	// pointer costs no allocation.
+	reason limiter.Reason
+}
+
+// scratch is the working memory of one request, pooled so that the hot
+// path allocates little more than the strings of the request.
+type scratch struct {
+	body      []byte
+	reqs      []limiter.Request
+	decisions []limiter.Decision
+	result    result
+	out       []byte
+	// header holds the RateLimit headers' text while it is built.
+	header []byte
+	// names interns limit names and periods: they repeat across requests,
+	// and a pooled scratch needs no lock to look them up.
+	names   map[string]string
+	periods map[time.Duration]string
+}
+
+// Bounds of what a pooled scratch keeps between requests, so that one huge
+// or unusual request does not pin its memory.
+const (
+	maxPooledBody = 64 << 10
+	maxInterned   = 256
+	// maxLimitName is the longest limit name (limiter.NameProblem).
+	maxLimitName = 64
+)
+
+func (sc *scratch) reset() {
+	if cap(sc.body) > maxPooledBody {
+		sc.body = nil
+	}
+	if cap(sc.out) > maxPooledBody {
+		sc.out = nil
+	}
+	sc.body, sc.reqs, sc.out, sc.header = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0]
+}
+
+// intern returns b as a string, without allocating when it was seen before.
+// Only what can be a limit name is kept, so that a pooled scratch never
+// holds large strings from a body.
+func (sc *scratch) intern(b []byte) string {
+	if len(b) > maxLimitName {
+		return string(b)
+	}
+	if s, ok := sc.names[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(sc.names) >= maxInterned || sc.names == nil {
+		sc.names = make(map[string]string, 16)
+	}
+	sc.names[s] = s
+	return s
+}
+
+// period returns d.String(), without allocating when it was seen before.
+func (sc *scratch) period(d time.Duration) string {
+	if s, ok := sc.periods[d]; ok {
+		return s
+	}
+	s := d.String()
+	if len(sc.periods) >= maxInterned || sc.periods == nil {
+		sc.periods = make(map[time.Duration]string, 16)
+	}
+	sc.periods[d] = s
+	return s
+}
+
+// fill converts a result into the answer's DTO, reusing its memory.
+func (sc *scratch) fill(res limiter.Result) {
+	out := &sc.result
+	out.Allowed, out.Degraded = res.Allowed, res.Degraded
+	out.RetryAfterMS, out.ResetAfterMS = millis(res.RetryAfter), millis(res.ResetAfter)
+	out.Decisions = out.Decisions[:0]
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		out.Decisions = append(out.Decisions, decision{
+			Limit: d.Limit, BucketID: d.BucketID, Allowed: d.Allowed, Remaining: d.Remaining,
+			RetryAfterMS: millis(d.RetryAfter), ResetAfterMS: millis(d.ResetAfter),
+			Burst: d.Params.Burst, Count: d.Params.Count, Period: sc.period(d.Params.Period),
+			Source: d.Source, Shadow: d.Shadow, reason: d.Reason,
+		})
+		if r := &out.Decisions[len(out.Decisions)-1]; r.reason != "" {
+			r.Reason = &r.reason
+		}
+	}
+}
+
+// millis converts a duration into whole milliseconds, rounded up so that a
+// client waiting that long is never early; limiter.Never stays -1.
+func millis(d time.Duration) int64 {
+	if d == limiter.Never {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// seconds converts a duration into whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// setHeaders sets RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
+// bucket, and Retry-After when the answer is a denial that a retry can
+// overcome. The two RateLimit values share one string and one slice
+// allocation.
+func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) {
+	if i := res.MostRestrictive(op); i >= 0 {
+		d := &res.Decisions[i]
+		// The window holds the burst: burst·T, rounded up. A blocked
+		// bucket (burst 0) has none, and the draft wants a positive
+		// window: its quota of 0 is given over the period.
+		window := seconds(time.Duration(d.Params.Rate().Offset()) * time.Microsecond)
+		if window == 0 {
+			window = max(1, seconds(d.Params.Period))
+		}
+		b := append(sc.header[:0], '"')
+		b = append(b, d.Limit...)
+		b = append(b, `";q=`...)
+		b = strconv.AppendInt(b, d.Params.Burst, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, window, 10)
+		policyEnd := len(b)
+		b = append(b, '"')
+		b = append(b, d.Limit...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
+		sc.header = b
+		both := string(b)
+		values := []string{both[:policyEnd], both[policyEnd:]}
+		// The canonical keys, set directly to skip canonicalising them.
+		h["Ratelimit-Policy"], h["Ratelimit"] = values[0:1:1], values[1:2:2]
+	}
+	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
+		h["Retry-After"] = []string{strconv.FormatInt(seconds(res.RetryAfter), 10)}
+	}
+}

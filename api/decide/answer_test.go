@@ -1,0 +1,50 @@
+package decide
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// TestRateLimitHeader checks the RateLimit header's t: on a denial, the
+// seconds until a retry can succeed, as Retry-After says
+// (draft-ietf-httpapi-ratelimit-headers-11 section 6, example B.1.4); when
+// allowed, or when no retry can ever succeed, the seconds until the bucket
+// is full.
+func TestRateLimitHeader(t *testing.T) {
+	params := limiter.Params{Burst: 10, Count: 10, Period: time.Minute}
+	cases := []struct {
+		name                  string
+		op                    limiter.Op
+		o                     limiter.Outcome
+		ratelimit, retryAfter string
+	}{
+		{"denied", limiter.Spend, limiter.Outcome{Reason: limiter.ReasonLimited, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute},
+			`"L";r=0;t=3`, "3"},
+		{"allowed", limiter.Spend, limiter.Outcome{Allowed: true, Remaining: 4, ResetAfter: 36 * time.Second},
+			`"L";r=4;t=36`, ""},
+		{"never", limiter.Spend, limiter.Outcome{Reason: limiter.ReasonCostExceedsBurst, RetryAfter: limiter.Never, Remaining: 4, ResetAfter: 6 * time.Second},
+			`"L";r=4;t=6`, ""},
+		{"refund", limiter.Refund, limiter.Outcome{Remaining: 10, ResetAfter: 0},
+			`"L";r=10;t=0`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := limiter.Decision{Limit: "L", Outcome: c.o, Params: params, Source: limiter.SourceDefault}
+			res := limiter.Result{Allowed: d.Allowed, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Decisions: []limiter.Decision{d}}
+			h := http.Header{}
+			new(scratch).setHeaders(h, c.op, res)
+			if got := h.Get("RateLimit"); got != c.ratelimit {
+				t.Errorf("RateLimit %q, want %q", got, c.ratelimit)
+			}
+			if got := h.Get("Retry-After"); got != c.retryAfter {
+				t.Errorf("Retry-After %q, want %q", got, c.retryAfter)
+			}
+			if got := h.Get("RateLimit-Policy"); got != `"L";q=10;w=60` {
+				t.Errorf("RateLimit-Policy %q", got)
+			}
+		})
+	}
+}

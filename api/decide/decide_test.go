@@ -1,0 +1,75 @@
+package decide_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// panicking is a Limiter with a bug: every decision panics.
+type panicking struct{}
+
+func (panicking) Decide(context.Context, limiter.Op, []limiter.Request, []limiter.Decision) (limiter.Result, error) {
+	panic("a bug")
+}
+func (panicking) Reset(context.Context, []limiter.Request) (int, error) { return 0, nil }
+func (panicking) Snapshot() *limiter.Snapshot                           { return nil }
+
+// allowAll authenticates any token as admin.
+type allowAll struct{}
+
+func (allowAll) Authenticate(string) (auth.Principal, bool) {
+	return auth.Principal{Scope: auth.Admin}, true
+}
+
+// TestHandlerRefusals shows the answers that come before a decision, and
+// that a panic below the handler is a masked 500, not a crash.
+func TestHandlerRefusals(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := api.New(api.Config{Registry: prometheus.NewRegistry(), Logger: log})
+	h := decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: srv, Logger: log, Now: time.Now})
+	body := `{"buckets":[{"limit":"L","bucket_id":"1"}]}`
+	cases := []struct {
+		name, method, path, ct, body string
+		status                       int
+	}{
+		{"panic", "POST", "/v1/spend", "application/json", body, http.StatusInternalServerError},
+		{"method", "GET", "/v1/spend", "", "", http.StatusMethodNotAllowed},
+		{"media type", "POST", "/v1/check", "text/plain", body, http.StatusUnsupportedMediaType},
+		{"too large", "POST", "/v1/refund", "application/json", `{"buckets":"` + strings.Repeat("x", 1<<20) + `"}`, http.StatusRequestEntityTooLarge},
+		{"not ours", "POST", "/v1/limits", "application/json", body, http.StatusNotFound},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+			req.Header.Set("Content-Type", c.ct)
+			req.Header.Set("Authorization", "Bearer x")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			var p api.Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != c.status || p.Status != c.status ||
+				w.Header().Get("Content-Type") != "application/problem+json" || p.RequestID == "" || p.RequestID != w.Header().Get("X-Request-Id") {
+				t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
+			}
+			if c.status == http.StatusInternalServerError && (p.Detail != "internal error" || strings.Contains(w.Body.String(), "a bug")) {
+				t.Errorf("a 500 shows its cause: %s", w.Body)
+			}
+			if c.status == http.StatusMethodNotAllowed && w.Header().Get("Allow") != "POST" {
+				t.Errorf("Allow %q", w.Header().Get("Allow"))
+			}
+		})
+	}
+}

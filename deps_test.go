@@ -1,0 +1,139 @@
+package ratelimitd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// module is this repository's module path; rules name its packages
+// relative to it, with a leading "./".
+const module = "github.com/ratelimitd/ratelimitd"
+
+// importRule says that the packages matching pkg must not depend, directly
+// or through another package, on anything matching forbid, unless the
+// package also matches except. A pattern ending in "/..." covers a package
+// and every package below it, so that rules keep applying to packages added
+// later (api/decide, say). Only the code that is built counts: a _test.go
+// file may import what it needs to test.
+type importRule struct {
+	pkg    string
+	forbid []string
+	except []string
+	why    string
+}
+
+// importRules are the dependency rules of the house style: dependencies
+// point inward, and only cmd knows the concrete types.
+var importRules = []importRule{
+	{pkg: "./limiter", forbid: []string{"./..."},
+		why: "the domain imports nothing of ours"},
+	{pkg: "./limiter/...", forbid: []string{"./api/...", "./cmd/...", "./db/..."},
+		why: "the stores import limiter, never the API, the database or the wiring"},
+	{pkg: "./db/...", forbid: []string{"./api/...", "./cmd/..."},
+		why: "the database layer imports limiter, never the API or the wiring"},
+	{pkg: "./api/...", forbid: []string{
+		"./db/...", "./migrations/...", "./limiter/memstore", "./limiter/redisstore",
+		"github.com/jackc/pgx/...", "github.com/redis/go-redis/...", "modernc.org/sqlite/...",
+	},
+		why: "the API declares the interfaces it consumes; cmd passes it the concrete types"},
+	{pkg: "./...", forbid: []string{"./api/..."}, except: []string{"./api/...", "./cmd/..."},
+		why: "only cmd wires the API to the concrete types"},
+	{pkg: "./...", forbid: []string{"./limiter/storetest", "./internal/testenv"},
+		except: []string{"./limiter/storetest", "./internal/testenv"},
+		why:    "test helpers are imported by _test.go files only"},
+}
+
+// listedPackage is what `go list -json` says of a package that the rules
+// read.
+type listedPackage struct {
+	ImportPath string
+	Deps       []string
+}
+
+// TestImportRules fails when a package of this module depends on one the
+// house style keeps it from, so that the layering cannot drift.
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json=ImportPath,Deps", "./...").Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go list: %v\n%s", err, exit.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding go list: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	for _, r := range importRules {
+		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return matches(r.pkg, p.ImportPath) }) {
+			t.Errorf("rule %q: no package matches %s; update the rule after a move", r.why, r.pkg)
+		}
+	}
+	for _, v := range importViolations(pkgs, importRules) {
+		t.Error(v)
+	}
+}
+
+// TestImportViolations shows that the check reports a forbidden dependency,
+// direct or indirect, and honours the exceptions.
+func TestImportViolations(t *testing.T) {
+	pkgs := []listedPackage{
+		{ImportPath: module + "/api/decide", Deps: []string{"context", "github.com/jackc/pgx/v5/pgconn"}},
+		{ImportPath: module + "/limiter", Deps: []string{"errors", module + "/loader"}},
+		{ImportPath: module + "/cmd/ratelimitd", Deps: []string{module + "/api", module + "/db"}},
+		{ImportPath: module + "/loader", Deps: []string{module + "/limiter"}},
+	}
+	got := importViolations(pkgs, importRules)
+	want := []string{
+		module + "/api/decide depends on github.com/jackc/pgx/v5/pgconn: the API declares the interfaces it consumes; cmd passes it the concrete types",
+		module + "/limiter depends on " + module + "/loader: the domain imports nothing of ours",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// importViolations lists, in package order, each dependency that breaks a
+// rule.
+func importViolations(pkgs []listedPackage, rules []importRule) []string {
+	var out []string
+	for _, p := range pkgs {
+		for _, r := range rules {
+			if !matches(r.pkg, p.ImportPath) || slices.ContainsFunc(r.except, func(e string) bool { return matches(e, p.ImportPath) }) {
+				continue
+			}
+			for _, d := range p.Deps {
+				if slices.ContainsFunc(r.forbid, func(f string) bool { return matches(f, d) }) {
+					out = append(out, p.ImportPath+" depends on "+d+": "+r.why)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// matches reports whether the import path fits the pattern: "./" stands
+// for the module, and a trailing "/..." takes in the packages below.
+func matches(pattern, path string) bool {
+	if rest, ok := strings.CutPrefix(pattern, "./"); ok {
+		pattern = module + "/" + rest
+	}
+	if prefix, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return path == prefix || strings.HasPrefix(path, prefix+"/")
+	}
+	return path == pattern
+}

@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Node is a limiter.Store on a single Redis node or a Sentinel's primary,
+// where every key of a batch is on one server and every call is atomic. It
+// is safe for concurrent use.
+type Node struct {
+	config
+	client redis.UniversalClient
+	queue  *queue
+	// calls holds the script calls the queue gave back, so that a
+	// decision reuses their memory.
+	calls sync.Pool
+}
+
+var _ limiter.Store = (*Node)(nil)
+
+// NewNode returns a Node on client, a *redis.Client or a failover client;
+// New says what it needs of it.
+func NewNode(client redis.UniversalClient, opts Options) *Node {
+	contextTimeouts := true
+	if c, ok := client.(*redis.Client); ok {
+		contextTimeouts = c.Options().ContextTimeoutEnabled
+	}
+	s := &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
+	s.calls.New = func() any { return &scriptCall{done: make(chan struct{}, 1)} }
+	return s
+}
+
+// Apply implements limiter.Store.
+func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []limiter.Bucket) (bool, error) {
+	nowUS := now.UnixMicro()
+	if len(batch) == 0 {
+		return limiter.StepBatch(op, nowUS, batch), nil
+	}
+	var commit bool
+	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
+		c := s.calls.Get().(*scriptCall)
+		c.ctx, c.run = ctx, s.run(c.run, op, nowUS, batch)
+		mine, err := s.queue.do(c)
+		if err == nil {
+			commit, err = decide(op, nowUS, c.reply, batch)
+		}
+		if mine {
+			// The call keeps its buffers, not what they point to.
+			clear(c.run.keys)
+			clear(c.run.args)
+			c.ctx, c.reply, c.err = nil, nil, nil
+			s.calls.Put(c)
+		}
+		return err
+	})
+	return commit, err
+}
+
+// Reset implements limiter.Store.
+func (s *Node) Reset(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.bounded(ctx, "reset", func(ctx context.Context) error {
+		return s.client.Del(ctx, s.fullKeys(keys)...).Err()
+	})
+}
+
+// Ping implements limiter.Store.
+func (s *Node) Ping(ctx context.Context) error {
+	return s.bounded(ctx, "ping", func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
+}
