@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
@@ -62,7 +63,8 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, time.Hour, log)
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: reg, Logger: log})
-	hs := httptest.NewServer(srv)
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
+	hs := httptest.NewServer(buckets.Beside(srv))
 	b.Cleanup(hs.Close)
 
 	gs := rls.New(rls.Config{Limiter: lim, Auth: keeper, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log})
