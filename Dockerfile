@@ -13,8 +13,9 @@ COPY --from=build /out/ratelimitd /usr/local/bin/ratelimitd
 USER ratelimitd
 WORKDIR /data
 ENV RATELIMIT_HTTP_ADDR=0.0.0.0:8080 \
+    RATELIMIT_GRPC_ADDR=0.0.0.0:8081 \
     RATELIMIT_DATABASE_URL=sqlite:/data/ratelimitd.db
-EXPOSE 8080
+EXPOSE 8080 8081
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s \
     CMD wget -q -O /dev/null http://127.0.0.1:8080/readyz || exit 1
 ENTRYPOINT ["ratelimitd"]

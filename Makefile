@@ -53,7 +53,7 @@ soak:
 # Each fuzzer for FUZZTIME (default 1m). Findings land in the package's
 # testdata/fuzz, to be committed with their fix.
 FUZZTIME ?= 1m
-FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip \
+FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
 	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
 fuzz:
 	@for f in $(FUZZERS); do \

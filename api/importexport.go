@@ -56,8 +56,8 @@ func (e *importFailure) problem(p Problem) importProblem {
 	return importProblem{Problem: p, Errors: e.entries}
 }
 
-// importFile reads limits or overrides in Boulder's YAML formats, all or
-// nothing.
+// importFile reads limits or overrides in Boulder's YAML formats, or an
+// envoyproxy/ratelimit configuration, all or nothing.
 func (s *Server) importFile(c echo.Context) error {
 	var fs fieldSet
 	q := readQuery(c, &fs, "kind", "dry_run")
@@ -80,14 +80,29 @@ func (s *Server) importFile(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, toImportResult(counts))
 }
 
-// exportFile writes limits or overrides in the formats importFile reads.
+// exportFile writes limits or overrides in the formats importFile reads,
+// or the rules of one domain as an Envoy configuration.
 func (s *Server) exportFile(c echo.Context) error {
 	var fs fieldSet
-	kind := kindParam(readQuery(c, &fs, "kind"))
+	q := readQuery(c, &fs, "kind", "domain")
+	kind := kindParam(q)
+	domain := q.str("domain")
+	switch {
+	case kind == limitfile.Envoy && domain == "":
+		fs.add("domain", "is required with kind=envoy")
+	case kind != limitfile.Envoy && domain != "":
+		fs.add("domain", "is only for kind=envoy")
+	}
 	if err := fs.err(); err != nil {
 		return err
 	}
-	data, err := limitfile.Export(c.Request().Context(), s.cfg.DB, kind)
+	var data []byte
+	var err error
+	if kind == limitfile.Envoy {
+		data, err = limitfile.ExportEnvoy(c.Request().Context(), s.cfg.DB, domain)
+	} else {
+		data, err = limitfile.Export(c.Request().Context(), s.cfg.DB, kind)
+	}
 	if err != nil {
 		return err
 	}
@@ -102,7 +117,7 @@ func kindParam(q query) limitfile.Kind {
 	}
 	kind, err := limitfile.ParseKind(v)
 	if err != nil {
-		q.fs.add("kind", `must be "defaults" or "overrides"`)
+		q.fs.add("kind", `must be "defaults", "overrides" or "envoy"`)
 	}
 	return kind
 }

@@ -45,9 +45,10 @@ type metrics struct {
 
 // decisionSeries names a series of ratelimitd_decisions_total.
 type decisionSeries struct {
-	op     limiter.Op
-	limit  string
-	result string
+	op       limiter.Op
+	limit    string
+	result   string
+	frontend string
 }
 
 // requestSeries names a series of ratelimitd_http_request_duration_seconds.
@@ -93,10 +94,10 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 	m := &metrics{
 		decisionsTotal: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_decisions_total",
-			Help: "Bucket decisions by operation, limit and result: allowed, near_limit (allowed with at least 80% of the burst used), " +
+			Help: "Bucket decisions by operation, limit, result and front end: allowed, near_limit (allowed with at least 80% of the burst used), " +
 				"denied, shadow_denied (denied by a shadow limit, which lets the request through) or degraded (allowed while the store " +
-				"failed). For refunds, allowed means tokens were given back.",
-		}, []string{"op", "limit", "result"})),
+				"failed). For refunds, allowed means tokens were given back. The front end is http (REST) or grpc (Envoy's ShouldRateLimit).",
+		}, []string{"op", "limit", "result", "frontend"})),
 		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimitd_http_request_duration_seconds",
 			Help:    "HTTP request latencies by route pattern, method and status code.",
@@ -162,16 +163,27 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 	return c
 }
 
-// ObserveDecisions counts the decisions of a result.
+// ObserveDecisions counts the decisions of a REST result.
 func (s *Server) ObserveDecisions(op limiter.Op, res limiter.Result) {
-	m := s.metrics
+	s.metrics.count(op, res, "http")
+}
+
+// count counts the decisions of a result of a front end.
+func (m *metrics) count(op limiter.Op, res limiter.Result, frontend string) {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded)}
+		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded), frontend: frontend}
 		m.counters.get(k, func() prometheus.Counter {
-			return m.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result)
+			return m.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result, k.frontend)
 		}).Inc()
 	}
+}
+
+// CountDecisions returns what counts the decisions of another front end
+// (Envoy's gRPC, "grpc") into the metrics of REST's, so that one series
+// per limit and result shows both.
+func (s *Server) CountDecisions(frontend string) func(op limiter.Op, res limiter.Result) {
+	return func(op limiter.Op, res limiter.Result) { s.metrics.count(op, res, frontend) }
 }
 
 // resultLabel is the result label of a decision. Near the limit means,

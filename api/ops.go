@@ -51,19 +51,28 @@ func (s *Server) healthz(c echo.Context) error {
 // limits, knows the tokens and reaches the store. The database is not
 // asked: decisions go on from the snapshot while it is down.
 func (s *Server) readyz(c echo.Context) error {
+	if err := s.Ready(c.Request().Context()); err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, healthResponse{Status: "ok"})
+}
+
+// Ready returns nil when /readyz would answer 200, else the reason, so
+// that other front ends (Envoy's gRPC health) agree with it.
+func (s *Server) Ready(ctx context.Context) error {
 	switch {
 	case !s.cfg.Status().Loaded:
 		return errorf(limiter.ErrUnavailable, "no snapshot of the limits is loaded yet")
 	case !s.cfg.Auth.Loaded():
 		return errorf(limiter.ErrUnavailable, "the tokens have not been read yet")
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := s.cfg.Limiter.Ping(ctx); err != nil {
 		s.log.Warn("readiness: the store does not answer", "err", err)
 		return errorf(limiter.ErrUnavailable, "the store does not answer")
 	}
-	return writeJSON(c, http.StatusOK, healthResponse{Status: "ok"})
+	return nil
 }
 
 // status describes the snapshot in use and what backs the service.

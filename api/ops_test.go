@@ -147,11 +147,11 @@ func TestMetrics(t *testing.T) {
 
 	body := string(e.do("GET", "/metrics", "", nil).expect(t, http.StatusOK).body)
 	for _, want := range []string{
-		`ratelimitd_decisions_total{limit="PerAccount",op="spend",result="allowed"} 1`,
-		`ratelimitd_decisions_total{limit="PerAccount",op="spend",result="near_limit"} 1`,
-		`ratelimitd_decisions_total{limit="PerAccount",op="spend",result="denied"} 1`,
-		`ratelimitd_decisions_total{limit="Shadowed",op="check",result="shadow_denied"} 1`,
-		`ratelimitd_decisions_total{limit="PerAccount",op="check",result="allowed"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="PerAccount",op="spend",result="allowed"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="PerAccount",op="spend",result="near_limit"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="PerAccount",op="spend",result="denied"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="Shadowed",op="check",result="shadow_denied"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="PerAccount",op="check",result="allowed"} 1`,
 		`ratelimitd_http_request_duration_seconds_count{code="200",method="POST",route="/v1/spend"} 3`,
 		`ratelimitd_http_request_duration_seconds_count{code="422",method="POST",route="/v1/spend"} 1`,
 		`ratelimitd_http_request_duration_seconds_count{code="201",method="PUT",route="/v1/limits/:name"} 2`,
@@ -185,7 +185,7 @@ func TestDegradedMetrics(t *testing.T) {
 	e.decided("spend", e.admin, bucket("PerAccount", "1", 1))
 	body := string(e.do("GET", "/metrics", "", nil).expect(t, http.StatusOK).body)
 	for _, want := range []string{
-		`ratelimitd_decisions_total{limit="PerAccount",op="spend",result="degraded"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="PerAccount",op="spend",result="degraded"} 1`,
 		`ratelimitd_store_errors_total 1`,
 	} {
 		if !strings.Contains(body, want) {

@@ -61,6 +61,13 @@ func (s *Server) routes() {
 	v1(http.MethodDelete, "/overrides/:id", s.deleteOverride, support, db, synced)
 	v1(http.MethodGet, "/overrides/:id/history", s.overrideHistory, support, db)
 
+	v1(http.MethodPost, "/rules", s.createRule, admin, db, json, small, synced)
+	v1(http.MethodGet, "/rules", s.listRules, anyScope, db)
+	v1(http.MethodPost, "/rules/match", s.matchRule, anyScope, json, small)
+	v1(http.MethodGet, "/rules/:id", s.getRule, anyScope, db)
+	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch, small, synced)
+	v1(http.MethodDelete, "/rules/:id", s.deleteRule, admin, db, synced)
+
 	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody), synced)
 	v1(http.MethodGet, "/export", s.exportFile, admin, within(importTimeout), slowIO)
 }

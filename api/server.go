@@ -52,6 +52,12 @@ type Database interface {
 	DeleteOverride(ctx context.Context, actor, id string) error
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 
+	CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error)
+	GetRule(ctx context.Context, id string) (limiter.Rule, error)
+	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
+	SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter.Rule, error)
+	DeleteRule(ctx context.Context, actor, id string) error
+
 	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
 	GetToken(ctx context.Context, id string) (auth.Token, error)
 	ListTokens(ctx context.Context) ([]auth.Token, error)
@@ -60,6 +66,7 @@ type Database interface {
 	// Import and Full, with ListLimits and OverrideCounts, are what
 	// limitfile reads and writes through.
 	Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
+	ImportRules(ctx context.Context, actor string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
 	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
 }
 
@@ -69,6 +76,8 @@ type Database interface {
 type Decider interface {
 	Ping(ctx context.Context) error
 	Stats() limiter.Stats
+	// Snapshot is what POST /v1/rules/match matches against.
+	Snapshot() *limiter.Snapshot
 }
 
 // Authenticator knows the API tokens without asking the database on every

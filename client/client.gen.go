@@ -215,6 +215,7 @@ func (e StatusStore) Valid() bool {
 // Defines values for ExportFileParamsKind.
 const (
 	ExportFileParamsKindDefaults  ExportFileParamsKind = "defaults"
+	ExportFileParamsKindEnvoy     ExportFileParamsKind = "envoy"
 	ExportFileParamsKindOverrides ExportFileParamsKind = "overrides"
 )
 
@@ -222,6 +223,8 @@ const (
 func (e ExportFileParamsKind) Valid() bool {
 	switch e {
 	case ExportFileParamsKindDefaults:
+		return true
+	case ExportFileParamsKindEnvoy:
 		return true
 	case ExportFileParamsKindOverrides:
 		return true
@@ -233,6 +236,7 @@ func (e ExportFileParamsKind) Valid() bool {
 // Defines values for ImportFileParamsKind.
 const (
 	ImportFileParamsKindDefaults  ImportFileParamsKind = "defaults"
+	ImportFileParamsKindEnvoy     ImportFileParamsKind = "envoy"
 	ImportFileParamsKindOverrides ImportFileParamsKind = "overrides"
 )
 
@@ -240,6 +244,8 @@ const (
 func (e ImportFileParamsKind) Valid() bool {
 	switch e {
 	case ImportFileParamsKindDefaults:
+		return true
+	case ImportFileParamsKindEnvoy:
 		return true
 	case ImportFileParamsKindOverrides:
 		return true
@@ -322,6 +328,20 @@ type DecisionResult struct {
 	// RetryAfterMs 0 when allowed; -1 when a denied bucket can never succeed; else the longest retry-after of the denied buckets.
 	RetryAfterMs int64 `json:"retry_after_ms"`
 }
+
+// DescriptorEntry defines model for DescriptorEntry.
+type DescriptorEntry struct {
+	// Key 1 to 256 bytes of UTF-8 without control characters.
+	Key DescriptorText `json:"key"`
+
+	// Value Left out, the entry matches any value; ending in `*`, any value with the
+	// prefix before it; else only this value. The values of the entries that
+	// are not fixed form the bucket id.
+	Value *DescriptorText `json:"value,omitempty"`
+}
+
+// DescriptorText 1 to 256 bytes of UTF-8 without control characters.
+type DescriptorText = string
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -600,6 +620,54 @@ type ResetResult struct {
 	Reset int `json:"reset"`
 }
 
+// Rule defines model for Rule.
+type Rule struct {
+	CreatedAt  time.Time         `json:"created_at"`
+	Descriptor []DescriptorEntry `json:"descriptor"`
+	Domain     string            `json:"domain"`
+
+	// ID Opaque.
+	ID        string    `json:"id"`
+	Limit     LimitName `json:"limit"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RuleCreate defines model for RuleCreate.
+type RuleCreate struct {
+	Descriptor []DescriptorEntry `json:"descriptor"`
+
+	// Domain 1 to 256 bytes of UTF-8 without control characters.
+	Domain DescriptorText `json:"domain"`
+	Limit  LimitName      `json:"limit"`
+}
+
+// RuleList defines model for RuleList.
+type RuleList struct {
+	Rules []Rule `json:"rules"`
+}
+
+// RuleMatch defines model for RuleMatch.
+type RuleMatch struct {
+	// BucketID Canonical.
+	BucketID string    `json:"bucket_id"`
+	Limit    LimitName `json:"limit"`
+	Rule     Rule      `json:"rule"`
+}
+
+// RuleMatchRequest defines model for RuleMatchRequest.
+type RuleMatchRequest struct {
+	// Descriptor The entries of a request descriptor; every entry has a value.
+	Descriptor []DescriptorEntry `json:"descriptor"`
+
+	// Domain 1 to 256 bytes of UTF-8 without control characters.
+	Domain DescriptorText `json:"domain"`
+}
+
+// RulePatch defines model for RulePatch.
+type RulePatch struct {
+	Limit LimitName `json:"limit"`
+}
+
 // Scope defines model for Scope.
 type Scope string
 
@@ -675,6 +743,9 @@ type LimitNameParameter = LimitName
 // OverrideID defines model for OverrideID.
 type OverrideID = string
 
+// RuleID defines model for RuleID.
+type RuleID = string
+
 // BadRequest defines model for BadRequest.
 type BadRequest = Problem
 
@@ -714,6 +785,9 @@ type DecisionRequestBody = DecisionRequest
 // ExportFileParams defines parameters for ExportFile.
 type ExportFileParams struct {
 	Kind ExportFileParamsKind `form:"kind" json:"kind"`
+
+	// Domain Required with `kind=envoy`, and only with it.
+	Domain *string `form:"domain,omitempty" json:"domain,omitempty"`
 }
 
 // ExportFileParamsKind defines parameters for ExportFile.
@@ -761,6 +835,12 @@ type PatchOverrideParams struct {
 	IfMatch *string `json:"If-Match,omitempty"`
 }
 
+// ListRulesParams defines parameters for ListRules.
+type ListRulesParams struct {
+	// Domain Only the rules of this domain.
+	Domain *string `form:"domain,omitempty" json:"domain,omitempty"`
+}
+
 // ResetBucketsJSONRequestBody defines body for ResetBuckets for application/json ContentType.
 type ResetBucketsJSONRequestBody = ResetRequest
 
@@ -781,6 +861,18 @@ type PatchOverrideApplicationMergePatchPlusJSONRequestBody = OverridePatch
 
 // RefundJSONRequestBody defines body for Refund for application/json ContentType.
 type RefundJSONRequestBody = DecisionRequest
+
+// CreateRuleJSONRequestBody defines body for CreateRule for application/json ContentType.
+type CreateRuleJSONRequestBody = RuleCreate
+
+// MatchRuleJSONRequestBody defines body for MatchRule for application/json ContentType.
+type MatchRuleJSONRequestBody = RuleMatchRequest
+
+// PatchRuleJSONRequestBody defines body for PatchRule for application/json ContentType.
+type PatchRuleJSONRequestBody = RulePatch
+
+// PatchRuleApplicationMergePatchPlusJSONRequestBody defines body for PatchRule for application/merge-patch+json ContentType.
+type PatchRuleApplicationMergePatchPlusJSONRequestBody = RulePatch
 
 // SpendJSONRequestBody defines body for Spend for application/json ContentType.
 type SpendJSONRequestBody = DecisionRequest
@@ -999,9 +1091,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	Check(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ExportFile Export limits or overrides in the formats import reads (admin).
+	// ExportFile Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
-	// Overrides are exported in the list format, with comments; disabled overrides are left out.
+	// Overrides are exported in the list format, with comments; disabled
+	// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+	// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+	// and the overrides of those limits as descriptors with their values; what
+	// the format cannot say (a burst other than the count) is a YAML comment.
 	//
 	// Corresponds with GET /v1/export (the `ExportFile` operationId).
 	ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1013,9 +1109,17 @@ type ClientInterface interface {
 	// `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 	// `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 	// Let's Encrypt's names get their enum and id format from a built-in
-	// catalogue; any other new name needs `id_format`. All or nothing: with
-	// any bad entry nothing is written, and the answer is 422 listing every
-	// bad entry with its line.
+	// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+	// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+	// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+	// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+	// becomes limits (id format `string`, burst and count `requests_per_unit`),
+	// rules and overrides: a descriptor with values that a less specific one
+	// also matches becomes an override of that one's limit for its bucket.
+	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+	// are bad entries, never silently dropped. All or nothing: with any bad
+	// entry nothing is written, and the answer is 422 listing every bad entry
+	// with its line. Imports add and update; they delete nothing.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1183,6 +1287,98 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	Refund(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRules List rules (any scope), by domain, then in creation order.
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRules(ctx context.Context, params *ListRulesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRuleWithBody Create a rule mapping Envoy descriptors onto a limit (admin).
+	//
+	// The same domain and descriptor twice is 409. A `limit` that does not exist
+	// is 422, and so is one whose `id_format` is not `string` when the rule has
+	// no entry, or several entries, without a fixed value (their values are
+	// joined into the bucket id).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+	CreateRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRule Create a rule mapping Envoy descriptors onto a limit (admin).
+	//
+	// The same domain and descriptor twice is 409. A `limit` that does not exist
+	// is 422, and so is one whose `id_format` is not `string` when the rule has
+	// no entry, or several entries, without a fixed value (their values are
+	// joined into the bucket id).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+	CreateRule(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchRuleWithBody Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchRule Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRule(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteRule Delete a rule (admin).
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRule(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRule One rule (any scope).
+	//
+	// Corresponds with GET /v1/rules/{id} (the `GetRule` operationId).
+	GetRule(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchRuleWithBody Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRuleWithBody(ctx context.Context, id RuleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchRule Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRule(ctx context.Context, id RuleID, body PatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchRuleWithApplicationMergePatchPlusJSONBody Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRuleWithApplicationMergePatchPlusJSONBody(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SpendWithBody Take the costs from every bucket, or from none.
 	//
@@ -1429,9 +1625,13 @@ func (c *Client) Check(ctx context.Context, body CheckJSONRequestBody, reqEditor
 	return c.Client.Do(req)
 }
 
-// ExportFile Export limits or overrides in the formats import reads (admin).
+// ExportFile Export limits, overrides or a domain's rules in the formats import reads (admin).
 //
-// Overrides are exported in the list format, with comments; disabled overrides are left out.
+// Overrides are exported in the list format, with comments; disabled
+// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+// and the overrides of those limits as descriptors with their values; what
+// the format cannot say (a burst other than the count) is a YAML comment.
 //
 // Corresponds with GET /v1/export (the `ExportFile` operationId).
 func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1453,9 +1653,17 @@ func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEd
 // `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 // `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 // Let's Encrypt's names get their enum and id format from a built-in
-// catalogue; any other new name needs `id_format`. All or nothing: with
-// any bad entry nothing is written, and the answer is 422 listing every
-// bad entry with its line.
+// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+// becomes limits (id format `string`, burst and count `requests_per_unit`),
+// rules and overrides: a descriptor with values that a less specific one
+// also matches becomes an override of that one's limit for its bucket.
+// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+// are bad entries, never silently dropped. All or nothing: with any bad
+// entry nothing is written, and the answer is 422 listing every bad entry
+// with its line. Imports add and update; they delete nothing.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1784,6 +1992,198 @@ func (c *Client) RefundWithBody(ctx context.Context, contentType string, body io
 // Corresponds with POST /v1/refund (the `Refund` operationId).
 func (c *Client) Refund(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRefundRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRules List rules (any scope), by domain, then in creation order.
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *Client) ListRules(ctx context.Context, params *ListRulesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRulesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRuleWithBody Create a rule mapping Envoy descriptors onto a limit (admin).
+//
+// The same domain and descriptor twice is 409. A `limit` that does not exist
+// is 422, and so is one whose `id_format` is not `string` when the rule has
+// no entry, or several entries, without a fixed value (their values are
+// joined into the bucket id).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+func (c *Client) CreateRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRuleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRule Create a rule mapping Envoy descriptors onto a limit (admin).
+//
+// The same domain and descriptor twice is 409. A `limit` that does not exist
+// is 422, and so is one whose `id_format` is not `string` when the rule has
+// no entry, or several entries, without a fixed value (their values are
+// joined into the bucket id).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+func (c *Client) CreateRule(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRuleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchRuleWithBody Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *Client) MatchRuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchRuleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchRule Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *Client) MatchRule(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchRuleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRule Delete a rule (admin).
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *Client) DeleteRule(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRuleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRule One rule (any scope).
+//
+// Corresponds with GET /v1/rules/{id} (the `GetRule` operationId).
+func (c *Client) GetRule(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRuleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchRuleWithBody Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *Client) PatchRuleWithBody(ctx context.Context, id RuleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchRuleRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchRule Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *Client) PatchRule(ctx context.Context, id RuleID, body PatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchRuleRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchRuleWithApplicationMergePatchPlusJSONBody Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *Client) PatchRuleWithApplicationMergePatchPlusJSONBody(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchRuleRequestWithApplicationMergePatchPlusJSONBody(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2236,6 +2636,18 @@ func NewExportFileRequest(server string, params *ExportFileParams) (*http.Reques
 			for _, qp := range strings.Split(queryFrag, "&") {
 				rawQueryFragments = append(rawQueryFragments, qp)
 			}
+		}
+
+		if params.Domain != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "domain", *params.Domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {
@@ -2827,6 +3239,266 @@ func NewRefundRequestWithBody(server string, contentType string, body io.Reader)
 	return req, nil
 }
 
+// NewListRulesRequest constructs an http.Request for the ListRules method
+func NewListRulesRequest(server string, params *ListRulesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Domain != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "domain", *params.Domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateRuleRequest calls the generic CreateRule builder with application/json body
+func NewCreateRuleRequest(server string, body CreateRuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRuleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateRuleRequestWithBody constructs an http.Request for the CreateRule method, with any body, and a specified content type
+func NewCreateRuleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewMatchRuleRequest calls the generic MatchRule builder with application/json body
+func NewMatchRuleRequest(server string, body MatchRuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMatchRuleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewMatchRuleRequestWithBody constructs an http.Request for the MatchRule method, with any body, and a specified content type
+func NewMatchRuleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/match")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteRuleRequest constructs an http.Request for the DeleteRule method
+func NewDeleteRuleRequest(server string, id RuleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRuleRequest constructs an http.Request for the GetRule method
+func NewGetRuleRequest(server string, id RuleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPatchRuleRequest calls the generic PatchRule builder with application/json body
+func NewPatchRuleRequest(server string, id RuleID, body PatchRuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchRuleRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewPatchRuleRequestWithApplicationMergePatchPlusJSONBody calls the generic PatchRule builder with application/merge-patch+json body
+func NewPatchRuleRequestWithApplicationMergePatchPlusJSONBody(server string, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchRuleRequestWithBody(server, id, "application/merge-patch+json", bodyReader)
+}
+
+// NewPatchRuleRequestWithBody constructs an http.Request for the PatchRule method, with any body, and a specified content type
+func NewPatchRuleRequestWithBody(server string, id RuleID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewSpendRequest calls the generic Spend builder with application/json body
 func NewSpendRequest(server string, body SpendJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3187,9 +3859,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	CheckWithResponse(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckResponse, error)
 
-	// ExportFileWithResponse Export limits or overrides in the formats import reads (admin).
+	// ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
-	// Overrides are exported in the list format, with comments; disabled overrides are left out.
+	// Overrides are exported in the list format, with comments; disabled
+	// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+	// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+	// and the overrides of those limits as descriptors with their values; what
+	// the format cannot say (a burst other than the count) is a YAML comment.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3203,9 +3879,17 @@ type ClientWithResponsesInterface interface {
 	// `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 	// `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 	// Let's Encrypt's names get their enum and id format from a built-in
-	// catalogue; any other new name needs `id_format`. All or nothing: with
-	// any bad entry nothing is written, and the answer is 422 listing every
-	// bad entry with its line.
+	// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+	// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+	// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+	// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+	// becomes limits (id format `string`, burst and count `requests_per_unit`),
+	// rules and overrides: a descriptor with values that a less specific one
+	// also matches becomes an override of that one's limit for its bucket.
+	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+	// are bad entries, never silently dropped. All or nothing: with any bad
+	// entry nothing is written, and the answer is 422 listing every bad entry
+	// with its line. Imports add and update; they delete nothing.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3387,6 +4071,104 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	RefundWithResponse(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundResponse, error)
+
+	// ListRulesWithResponse List rules (any scope), by domain, then in creation order.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/rules (the `ListRules` operationId).
+	ListRulesWithResponse(ctx context.Context, params *ListRulesParams, reqEditors ...RequestEditorFn) (*ListRulesResponse, error)
+
+	// CreateRuleWithBodyWithResponse Create a rule mapping Envoy descriptors onto a limit (admin).
+	//
+	// The same domain and descriptor twice is 409. A `limit` that does not exist
+	// is 422, and so is one whose `id_format` is not `string` when the rule has
+	// no entry, or several entries, without a fixed value (their values are
+	// joined into the bucket id).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+	CreateRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRuleResponse, error)
+
+	// CreateRuleWithResponse Create a rule mapping Envoy descriptors onto a limit (admin).
+	//
+	// The same domain and descriptor twice is 409. A `limit` that does not exist
+	// is 422, and so is one whose `id_format` is not `string` when the rule has
+	// no entry, or several entries, without a fixed value (their values are
+	// joined into the bucket id).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+	CreateRuleWithResponse(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRuleResponse, error)
+
+	// MatchRuleWithBodyWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error)
+
+	// MatchRuleWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+	//
+	// Matches one request descriptor as ShouldRateLimit does, from the
+	// snapshot decisions use, and returns the rule, its limit and the
+	// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+	// Nothing is spent. 404 when no rule matches; 422 when the values are no
+	// bucket id of the rule's limit.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+	MatchRuleWithResponse(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error)
+
+	// DeleteRuleWithResponse Delete a rule (admin).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+	DeleteRuleWithResponse(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error)
+
+	// GetRuleWithResponse One rule (any scope).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/rules/{id} (the `GetRule` operationId).
+	GetRuleWithResponse(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*GetRuleResponse, error)
+
+	// PatchRuleWithBodyWithResponse Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRuleWithBodyWithResponse(ctx context.Context, id RuleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error)
+
+	// PatchRuleWithResponse Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRuleWithResponse(ctx context.Context, id RuleID, body PatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error)
+
+	// PatchRuleWithApplicationMergePatchPlusJSONBodyWithResponse Point a rule at another limit (admin).
+	//
+	// The domain and descriptor identify a rule and do not change.
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+	PatchRuleWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error)
 
 	// SpendWithBodyWithResponse Take the costs from every bucket, or from none.
 	//
@@ -5195,6 +5977,588 @@ func (r RefundResponse) ContentType() string {
 	return ""
 }
 
+// ListRulesResponse401Headers the declared response headers of an HTTP 401 response for ListRules
+type ListRulesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRulesResponse503Headers the declared response headers of an HTTP 503 response for ListRules
+type ListRulesResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListRulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuleList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRulesResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListRulesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRulesResponse) GetJSON200() *RuleList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRulesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRulesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListRulesResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRulesResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateRuleResponse201Headers the declared response headers of an HTTP 201 response for CreateRule
+type CreateRuleResponse201Headers struct {
+	Location *string
+}
+
+// CreateRuleResponse401Headers the declared response headers of an HTTP 401 response for CreateRule
+type CreateRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateRuleResponse503Headers the declared response headers of an HTTP 503 response for CreateRule
+type CreateRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CreateRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Rule
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Conflict
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateRuleResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateRuleResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateRuleResponse) GetJSON201() *Rule {
+	return r.JSON201
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON409() *Conflict {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MatchRuleResponse401Headers the declared response headers of an HTTP 401 response for MatchRule
+type MatchRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// MatchRuleResponse503Headers the declared response headers of an HTTP 503 response for MatchRule
+type MatchRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type MatchRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuleMatch
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MatchRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MatchRuleResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MatchRuleResponse) GetJSON200() *RuleMatch {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r MatchRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MatchRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MatchRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MatchRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MatchRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteRuleResponse401Headers the declared response headers of an HTTP 401 response for DeleteRule
+type DeleteRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteRuleResponse503Headers the declared response headers of an HTTP 503 response for DeleteRule
+type DeleteRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type DeleteRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteRuleResponse503Headers
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteRuleResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRuleResponse401Headers the declared response headers of an HTTP 401 response for GetRule
+type GetRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetRuleResponse503Headers the declared response headers of an HTTP 503 response for GetRule
+type GetRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rule
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetRuleResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRuleResponse) GetJSON200() *Rule {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRuleResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PatchRuleResponse401Headers the declared response headers of an HTTP 401 response for PatchRule
+type PatchRuleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PatchRuleResponse503Headers the declared response headers of an HTTP 503 response for PatchRule
+type PatchRuleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PatchRuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rule
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PatchRuleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PatchRuleResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PatchRuleResponse) GetJSON200() *Rule {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PatchRuleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchRuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchRuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchRuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchRuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // SpendResponse200Headers the declared response headers of an HTTP 200 response for Spend
 type SpendResponse200Headers struct {
 	RateLimit       *string
@@ -5932,9 +7296,13 @@ func (c *ClientWithResponses) CheckWithResponse(ctx context.Context, body CheckJ
 	return ParseCheckResponse(rsp)
 }
 
-// ExportFileWithResponse Export limits or overrides in the formats import reads (admin).
+// ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 //
-// Overrides are exported in the list format, with comments; disabled overrides are left out.
+// Overrides are exported in the list format, with comments; disabled
+// overrides are left out. `kind=envoy` writes the rules of `domain` as an
+// envoyproxy/ratelimit configuration, each with its limit's name and rate,
+// and the overrides of those limits as descriptors with their values; what
+// the format cannot say (a burst other than the count) is a YAML comment.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5954,9 +7322,17 @@ func (c *ClientWithResponses) ExportFileWithResponse(ctx context.Context, params
 // `- Name: {burst, count, period, ids: [...]}` where an id is a string or
 // `{id, comment}`, or the older map format `Name:id: {burst, count, period}`.
 // Let's Encrypt's names get their enum and id format from a built-in
-// catalogue; any other new name needs `id_format`. All or nothing: with
-// any bad entry nothing is written, and the answer is 422 listing every
-// bad entry with its line.
+// catalogue; any other new name needs `id_format`. `kind=envoy`: an
+// envoyproxy/ratelimit configuration file (`domain`, nested `descriptors`
+// with `key`, `value`, `rate_limit` of `unit`, `requests_per_unit`,
+// `unit_multiplier`, `name` or `unlimited`, and `shadow_mode`), which
+// becomes limits (id format `string`, burst and count `requests_per_unit`),
+// rules and overrides: a descriptor with values that a less specific one
+// also matches becomes an override of that one's limit for its bucket.
+// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
+// are bad entries, never silently dropped. All or nothing: with any bad
+// entry nothing is written, and the answer is 422 listing every bad entry
+// with its line. Imports add and update; they delete nothing.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6239,6 +7615,164 @@ func (c *ClientWithResponses) RefundWithResponse(ctx context.Context, body Refun
 		return nil, err
 	}
 	return ParseRefundResponse(rsp)
+}
+
+// ListRulesWithResponse List rules (any scope), by domain, then in creation order.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/rules (the `ListRules` operationId).
+func (c *ClientWithResponses) ListRulesWithResponse(ctx context.Context, params *ListRulesParams, reqEditors ...RequestEditorFn) (*ListRulesResponse, error) {
+	rsp, err := c.ListRules(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRulesResponse(rsp)
+}
+
+// CreateRuleWithBodyWithResponse Create a rule mapping Envoy descriptors onto a limit (admin).
+//
+// The same domain and descriptor twice is 409. A `limit` that does not exist
+// is 422, and so is one whose `id_format` is not `string` when the rule has
+// no entry, or several entries, without a fixed value (their values are
+// joined into the bucket id).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+func (c *ClientWithResponses) CreateRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRuleResponse, error) {
+	rsp, err := c.CreateRuleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRuleResponse(rsp)
+}
+
+// CreateRuleWithResponse Create a rule mapping Envoy descriptors onto a limit (admin).
+//
+// The same domain and descriptor twice is 409. A `limit` that does not exist
+// is 422, and so is one whose `id_format` is not `string` when the rule has
+// no entry, or several entries, without a fixed value (their values are
+// joined into the bucket id).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules (the `CreateRule` operationId).
+func (c *ClientWithResponses) CreateRuleWithResponse(ctx context.Context, body CreateRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRuleResponse, error) {
+	rsp, err := c.CreateRule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRuleResponse(rsp)
+}
+
+// MatchRuleWithBodyWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *ClientWithResponses) MatchRuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error) {
+	rsp, err := c.MatchRuleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchRuleResponse(rsp)
+}
+
+// MatchRuleWithResponse Which rule and bucket a descriptor of Envoy's would spend (any scope).
+//
+// Matches one request descriptor as ShouldRateLimit does, from the
+// snapshot decisions use, and returns the rule, its limit and the
+// canonical bucket id, for looking the bucket up with `POST /v1/check`.
+// Nothing is spent. 404 when no rule matches; 422 when the values are no
+// bucket id of the rule's limit.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/rules/match (the `MatchRule` operationId).
+func (c *ClientWithResponses) MatchRuleWithResponse(ctx context.Context, body MatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchRuleResponse, error) {
+	rsp, err := c.MatchRule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchRuleResponse(rsp)
+}
+
+// DeleteRuleWithResponse Delete a rule (admin).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/rules/{id} (the `DeleteRule` operationId).
+func (c *ClientWithResponses) DeleteRuleWithResponse(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*DeleteRuleResponse, error) {
+	rsp, err := c.DeleteRule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRuleResponse(rsp)
+}
+
+// GetRuleWithResponse One rule (any scope).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/rules/{id} (the `GetRule` operationId).
+func (c *ClientWithResponses) GetRuleWithResponse(ctx context.Context, id RuleID, reqEditors ...RequestEditorFn) (*GetRuleResponse, error) {
+	rsp, err := c.GetRule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRuleResponse(rsp)
+}
+
+// PatchRuleWithBodyWithResponse Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *ClientWithResponses) PatchRuleWithBodyWithResponse(ctx context.Context, id RuleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error) {
+	rsp, err := c.PatchRuleWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchRuleResponse(rsp)
+}
+
+// PatchRuleWithResponse Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *ClientWithResponses) PatchRuleWithResponse(ctx context.Context, id RuleID, body PatchRuleJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error) {
+	rsp, err := c.PatchRule(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchRuleResponse(rsp)
+}
+
+// PatchRuleWithApplicationMergePatchPlusJSONBodyWithResponse Point a rule at another limit (admin).
+//
+// The domain and descriptor identify a rule and do not change.
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
+func (c *ClientWithResponses) PatchRuleWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error) {
+	rsp, err := c.PatchRuleWithApplicationMergePatchPlusJSONBody(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchRuleResponse(rsp)
 }
 
 // SpendWithBodyWithResponse Take the costs from every bucket, or from none.
@@ -7965,6 +9499,558 @@ func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers RefundResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRulesResponse parses an HTTP response from a ListRulesWithResponse call
+func ParseListRulesResponse(rsp *http.Response) (*ListRulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRulesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListRulesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateRuleResponse parses an HTTP response from a CreateRuleWithResponse call
+func ParseCreateRuleResponse(rsp *http.Response) (*CreateRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Rule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateRuleResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMatchRuleResponse parses an HTTP response from a MatchRuleWithResponse call
+func ParseMatchRuleResponse(rsp *http.Response) (*MatchRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MatchRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuleMatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers MatchRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers MatchRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRuleResponse parses an HTTP response from a DeleteRuleWithResponse call
+func ParseDeleteRuleResponse(rsp *http.Response) (*DeleteRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRuleResponse parses an HTTP response from a GetRuleWithResponse call
+func ParseGetRuleResponse(rsp *http.Response) (*GetRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePatchRuleResponse parses an HTTP response from a PatchRuleWithResponse call
+func ParsePatchRuleResponse(rsp *http.Response) (*PatchRuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchRuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PatchRuleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers PatchRuleResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -110,7 +110,10 @@ func (d *DB) Since(ctx context.Context, version int64) (limiter.Changes, error) 
 			WHERE a.seq > $1 AND a.entity = 'override'
 				AND NOT EXISTS (SELECT 1 FROM overrides o WHERE o.id = a.entity_id)
 			ORDER BY a.entity_id`, version)
-		return err
+		if err != nil {
+			return err
+		}
+		return ruleChanges(ctx, d, tx, version, &c)
 	})
 	if err != nil {
 		return limiter.Changes{}, err

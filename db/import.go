@@ -24,11 +24,26 @@ import (
 // exists neither before nor in limits is not found; two overrides of one
 // bucket are a conflict.
 func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
+	return d.ImportRules(ctx, actor, limits, nil, overrides, dryRun)
+}
+
+// ImportRules is Import with rules, written after the limits and before
+// the overrides: a rule is upserted by domain and descriptor, taking the
+// limit given, and counted unchanged when it has it already. Rules the
+// import does not name stay as they are.
+func (d *DB) ImportRules(ctx context.Context, actor string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
 	var counts limiter.ImportCounts
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		w.dryRun = dryRun
 		for _, l := range limits {
 			_, res, err := w.putLimit(ctx, l)
+			if err != nil {
+				return err
+			}
+			count(&counts, res)
+		}
+		for _, r := range rules {
+			res, err := w.putRule(ctx, r)
 			if err != nil {
 				return err
 			}

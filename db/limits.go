@@ -249,8 +249,8 @@ func enumError(msg string) error {
 	return ve
 }
 
-// DeleteLimit deletes the limit called name. While overrides reference it
-// the foreign key refuses, which is a conflict: its overrides go first.
+// DeleteLimit deletes the limit called name. While overrides or rules
+// reference it, that is a conflict: they go first.
 func (d *DB) DeleteLimit(ctx context.Context, actor, name string) error {
 	return d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getLimit(ctx, d, w.tx, name)
@@ -258,6 +258,12 @@ func (d *DB) DeleteLimit(ctx context.Context, actor, name string) error {
 			return notFoundf("limit %q not found", name)
 		}
 		if err != nil {
+			return err
+		}
+		if has, err := w.limitHasRules(ctx, name); err != nil || has {
+			if err == nil {
+				err = conflictf("rules use limit %q: delete them or point them at another limit first", name)
+			}
 			return err
 		}
 		err = w.exec(ctx, `DELETE FROM limits WHERE name = $1`, name)

@@ -122,7 +122,7 @@ func (s *service) start() {
 		addr = s.addr
 	}
 	cmd := exec.Command(binary, "serve")
-	cmd.Env = append(append([]string(nil), s.env...), "RATELIMIT_HTTP_ADDR="+addr)
+	cmd.Env = append(append([]string(nil), s.env...), "RATELIMIT_HTTP_ADDR="+addr, "RATELIMIT_GRPC_ADDR=127.0.0.1:0")
 	cmd.Stderr = s.logs
 	// Should the test binary die, so does the service.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -48,6 +48,9 @@ type Snapshot struct {
 	byEnum    map[int]*limitEntry
 	shards    [shardCount]map[string]overrideEntry
 	overrides int
+	// rules are by id; ruleIdx is built from them (rules.go).
+	rules   map[string]*Rule
+	ruleIdx ruleIndex
 }
 
 // Version is the database change sequence number the snapshot includes.
@@ -156,6 +159,9 @@ type Builder struct {
 	// are shared with earlier snapshots.
 	owned       [shardCount]bool
 	limitsOwned bool
+	// rulesOwned and rulesChanged track the rules map (rules.go).
+	rulesOwned   bool
+	rulesChanged bool
 }
 
 // NewBuilder starts an empty snapshot.
@@ -251,6 +257,7 @@ func (b *Builder) DeleteOverride(limit, bucketID string) error {
 // Snapshot returns the snapshot built so far. The builder stays usable:
 // later changes copy the maps again and never touch the returned snapshot.
 func (b *Builder) Snapshot(version int64, loadedAt time.Time) *Snapshot {
+	b.indexRules()
 	s := b.snap
 	s.version, s.loadedAt = version, loadedAt
 	b.owned = [shardCount]bool{}
@@ -296,11 +303,14 @@ type Changes struct {
 	Overrides     []Override
 	// DeletedOverrides need only Limit and BucketID.
 	DeletedOverrides []Override
+	Rules            []Rule
+	// DeletedRules are ids.
+	DeletedRules []string
 }
 
 // Empty reports whether c changes nothing but the version.
 func (c Changes) Empty() bool {
-	return len(c.Limits)+len(c.DeletedLimits)+len(c.Overrides)+len(c.DeletedOverrides) == 0
+	return len(c.Limits)+len(c.DeletedLimits)+len(c.Overrides)+len(c.DeletedOverrides)+len(c.Rules)+len(c.DeletedRules) == 0
 }
 
 // Apply makes the changes. Deletions go first: a current override always
@@ -315,6 +325,9 @@ func (b *Builder) Apply(c Changes) error {
 			return err
 		}
 	}
+	for _, id := range c.DeletedRules {
+		b.DeleteRule(id)
+	}
 	for _, name := range c.DeletedLimits {
 		b.DeleteLimit(name)
 	}
@@ -325,6 +338,11 @@ func (b *Builder) Apply(c Changes) error {
 	}
 	for _, o := range c.Overrides {
 		if err := b.PutOverride(o); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.Rules {
+		if err := b.PutRule(r); err != nil {
 			return err
 		}
 	}

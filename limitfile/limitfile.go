@@ -63,12 +63,12 @@ const (
 // flag into a Kind, with an error message fit for the person who typed it.
 func ParseKind(s string) (Kind, error) {
 	switch k := Kind(s); k {
-	case Defaults, Overrides:
+	case Defaults, Overrides, Envoy:
 		return k, nil
 	case "":
-		return "", errors.New(`kind is missing: want "defaults" or "overrides"`)
+		return "", errors.New(`kind is missing: want "defaults", "overrides" or "envoy"`)
 	}
-	return "", fmt.Errorf(`kind %q is unknown: want "defaults" or "overrides"`, clip(s))
+	return "", fmt.Errorf(`kind %q is unknown: want "defaults", "overrides" or "envoy"`, clip(s))
 }
 
 // DetectKind tells the kind of a document from its shape, for a command
@@ -162,6 +162,13 @@ func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte,
 	if _, err := ParseKind(string(kind)); err != nil {
 		return limiter.ImportCounts{}, nil, err
 	}
+	if kind == Envoy {
+		es, ok := st.(EnvoyStore)
+		if !ok {
+			return limiter.ImportCounts{}, nil, errors.New("this store cannot hold rules, which an Envoy configuration needs")
+		}
+		return ImportEnvoy(ctx, es, actor, data, dryRun)
+	}
 	root, bad := decode(data)
 	if bad != nil {
 		return limiter.ImportCounts{}, []EntryError{*bad}, nil
@@ -218,6 +225,8 @@ func Export(ctx context.Context, st Store, kind Kind) ([]byte, error) {
 		return exportDefaults(ctx, st)
 	case Overrides:
 		return exportOverrides(ctx, st)
+	case Envoy:
+		return nil, errors.New("an Envoy configuration is exported one domain at a time, by ExportEnvoy")
 	}
 	_, err := ParseKind(string(kind))
 	return nil, err

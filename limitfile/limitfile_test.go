@@ -14,6 +14,7 @@ func TestParseKind(t *testing.T) {
 		{in: "defaults", want: Defaults},
 		{in: "overrides", want: Overrides},
 		{in: "", wantErr: "kind is missing"},
+		{in: "envoy", want: Envoy},
 		{in: "Defaults", wantErr: `kind "Defaults" is unknown`},
 		{in: "limits", wantErr: `kind "limits" is unknown`},
 	} {

@@ -96,6 +96,27 @@ func TestChangesReachEveryReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			eventually(t, "the deletion", func() bool { return f.burst("NewOrdersPerAccount", "1") == 300 })
+			r, err := writer.CreateRule(ctx, "test", limiter.Rule{Domain: "edge", Limit: "NewOrdersPerAccount",
+				Descriptor: []limiter.DescriptorEntry{{Key: "account"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			account := []limiter.DescriptorEntry{{Key: "account", Value: "7"}}
+			eventually(t, "the new rule", func() bool {
+				r, ok := f.lim.Snapshot().Match("edge", account)
+				return ok && r.Limit == "NewOrdersPerAccount" && r.BucketID(account) == "7"
+			})
+			// A replica that starts now reads the rule in its full load.
+			if late := follow(t, openDB(t, url)); len(late.lim.Snapshot().Rules()) != 1 {
+				t.Errorf("a full load has rules %v", late.lim.Snapshot().Rules())
+			}
+			if err := writer.DeleteRule(ctx, "test", r.ID); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the rule's deletion", func() bool {
+				_, ok := f.lim.Snapshot().Match("edge", account)
+				return !ok
+			})
 		})
 	}
 }

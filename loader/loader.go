@@ -1,4 +1,4 @@
-// Package loader keeps the Limiter's snapshot of limits and overrides in
+// Package loader keeps the Limiter's snapshot of limits, overrides and rules in
 // step with the database, so that decisions never touch SQL. It loads
 // everything at start, applies the changes the database announces, and
 // reloads everything every sync interval; when the database fails,
@@ -26,6 +26,8 @@ type Source interface {
 	// Watch calls changed whenever a change may have been committed, until
 	// ctx ends or it fails.
 	Watch(ctx context.Context, changed func()) error
+	// ListRules returns every rule when domain is "".
+	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
 }
 
 // Target receives each new snapshot; *limiter.Limiter is one.
@@ -238,11 +240,33 @@ func (l *Loader) full(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := l.putRules(ctx, b); err != nil {
+		return err
+	}
 	l.publish(b.Snapshot(version, now), now)
 	select {
 	case <-l.loaded:
 	default:
 		close(l.loaded)
+	}
+	return nil
+}
+
+// putRules adds every rule to a full load. They are read after the limits
+// and overrides, in a read of their own, so they may be newer than the
+// snapshot's version: a rule of a limit the snapshot lacks is left out,
+// and the changes after that version, which a write after the full read
+// began always announces, bring the limit and its rule. Reading a rule
+// twice, or the deletion of one never read, is harmless.
+func (l *Loader) putRules(ctx context.Context, b *limiter.Builder) error {
+	rules, err := l.cfg.Source.ListRules(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if err := b.PutRule(r); err != nil && !errors.Is(err, limiter.ErrNotFound) {
+			return err
+		}
 	}
 	return nil
 }

@@ -56,6 +56,15 @@ func (s *fakeSource) Full(_ context.Context, onLimit func(limiter.Limit) error, 
 	return s.version, nil
 }
 
+func (s *fakeSource) ListRules(context.Context, string) ([]limiter.Rule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return nil, errDown
+	}
+	return nil, nil
+}
+
 func (s *fakeSource) Since(_ context.Context, version int64) (limiter.Changes, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -71,6 +71,7 @@ machine() {
 start_service() {
 	local out="$WORK/serve.$$.$RANDOM"
 	env RATELIMIT_HTTP_ADDR=127.0.0.1:0 \
+		RATELIMIT_GRPC_ADDR=127.0.0.1:0 \
 		RATELIMIT_DATABASE_URL="sqlite:$WORK/ratelimitd.db" \
 		RATELIMIT_BOOTSTRAP_TOKEN="$BOOTSTRAP" \
 		RATELIMIT_LOG_LEVEL=warn \

@@ -151,7 +151,7 @@ func seconds(d time.Duration) int64 {
 // overcome. The two RateLimit values share one string and one slice
 // allocation.
 func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) {
-	if i := mostRestrictive(op, res); i >= 0 {
+	if i := res.MostRestrictive(op); i >= 0 {
 		d := &res.Decisions[i]
 		// The window holds the burst: burst·T, rounded up. A blocked
 		// bucket (burst 0) has none, and the draft wants a positive
@@ -172,7 +172,7 @@ func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) 
 		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, seconds(untilReset(op, d)), 10)
+		b = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
 		sc.header = b
 		both := string(b)
 		values := []string{both[:policyEnd], both[policyEnd:]}
@@ -182,61 +182,4 @@ func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) 
 	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
 		h["Retry-After"] = []string{strconv.FormatInt(seconds(res.RetryAfter), 10)}
 	}
-}
-
-// untilReset is the RateLimit header's t: the draft's reset is when the
-// client may send again, so for a denied bucket it is the time until this
-// cost would be allowed (its section 6 and example B.1.4), and for an
-// allowed one the time until the bucket is full. A bucket that can never
-// take the cost has no such time: it says when the bucket is full.
-func untilReset(op limiter.Op, d *limiter.Decision) time.Duration {
-	if !d.Allowed && op != limiter.Refund && d.RetryAfter > 0 && d.RetryAfter != limiter.Never {
-		return d.RetryAfter
-	}
-	return d.ResetAfter
-}
-
-// mostRestrictive picks the bucket the RateLimit headers describe, -1 for
-// none. Shadow buckets never restrict and unlimited ones have no limit.
-// Of the denied buckets it is the one with the longest retry-after (one
-// that can never succeed first); when none is denied, the one with the
-// fewest tokens left. A degraded answer knows nothing of the buckets it
-// allowed, so only a denied bucket can be described. A refund denies
-// nothing: its buckets compete on tokens left.
-func mostRestrictive(op limiter.Op, res limiter.Result) int {
-	best, bestDenied := -1, false
-	for i := range res.Decisions {
-		d := &res.Decisions[i]
-		if d.Shadow || d.Source == limiter.SourceUnlimited {
-			continue
-		}
-		denied := !d.Allowed && op != limiter.Refund
-		if res.Degraded && !denied {
-			continue
-		}
-		if best < 0 {
-			best, bestDenied = i, denied
-			continue
-		}
-		b := &res.Decisions[best]
-		switch {
-		case denied && !bestDenied,
-			denied && longerRetry(d.RetryAfter, b.RetryAfter),
-			!denied && !bestDenied && d.Remaining < b.Remaining:
-			best, bestDenied = i, denied
-		}
-	}
-	return best
-}
-
-// longerRetry reports whether retry-after a is longer than b; Never is the
-// longest.
-func longerRetry(a, b time.Duration) bool {
-	switch {
-	case b == limiter.Never:
-		return false
-	case a == limiter.Never:
-		return true
-	}
-	return a > b
 }

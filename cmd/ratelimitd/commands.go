@@ -80,7 +80,7 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 		k          limitfile.Kind
 	)
 	d, _, err := command(ctx, "import", args, getenv, stderr, true, func(fs *flag.FlagSet) {
-		fs.StringVar(&kind, "kind", "", "defaults or overrides; told from the document when left out")
+		fs.StringVar(&kind, "kind", "", "defaults, overrides or envoy; defaults or overrides told from the document when left out")
 		fs.BoolVar(&dryRun, "dry-run", false, "validate and count, write nothing")
 	}, func(rest []string) error {
 		if len(rest) != 1 {
@@ -124,24 +124,35 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 
 // exportFile writes limits or overrides in the format import reads.
 func exportFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var kind, out string
+	var kind, out, domain string
 	var k limitfile.Kind
 	d, _, err := command(ctx, "export", args, getenv, stderr, false, func(fs *flag.FlagSet) {
-		fs.StringVar(&kind, "kind", "", "defaults or overrides")
+		fs.StringVar(&kind, "kind", "", "defaults, overrides or envoy")
+		fs.StringVar(&domain, "domain", "", "the domain whose rules kind envoy writes")
 		fs.StringVar(&out, "o", "", "write to this file instead of standard output")
 	}, func(rest []string) error {
 		if len(rest) > 0 {
 			return fmt.Errorf("export: unexpected arguments %q", strings.Join(rest, " "))
 		}
 		var err error
-		k, err = limitfile.ParseKind(kind)
-		return err
+		if k, err = limitfile.ParseKind(kind); err != nil {
+			return err
+		}
+		if (k == limitfile.Envoy) != (domain != "") {
+			return errors.New("export: -domain goes with -kind envoy, and only with it")
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	data, err := limitfile.Export(ctx, d, k)
+	var data []byte
+	if k == limitfile.Envoy {
+		data, err = limitfile.ExportEnvoy(ctx, d, domain)
+	} else {
+		data, err = limitfile.Export(ctx, d, k)
+	}
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,14 @@ import (
 type setting struct {
 	env, flag, def, usage string
 	secret                secrecy
+	// emptyOff makes the variable set to the empty string turn the
+	// feature off; for the others an empty variable is not set.
+	emptyOff bool
 }
+
+// setEmpty is what getenv returns for a variable set to the empty string,
+// which no real value can be.
+const setEmpty = "\x00"
 
 // secrecy says how a setting is masked in logs. It goes by the setting,
 // never by what its value looks like: a token may well contain "://".
@@ -53,6 +60,10 @@ var settings = []setting{
 	{env: "RATELIMIT_DENIED_CACHE_SIZE", flag: "denied-cache-size", def: "100000", usage: "buckets known to be empty kept in memory; 0 disables"},
 	{env: "RATELIMIT_MIGRATE", flag: "migrate", def: "true", usage: "apply pending migrations before serve, import and token start"},
 	{env: "RATELIMIT_LOG_LEVEL", flag: "log-level", def: "info", usage: "debug, info, warn or error"},
+	{env: "RATELIMIT_GRPC_ADDR", flag: "grpc-addr", def: "127.0.0.1:8081", usage: "listen address of Envoy's rate limit service (gRPC); empty turns it off", emptyOff: true},
+	{env: "RATELIMIT_GRPC_AUTH", flag: "grpc-auth", def: "token", usage: "token (bearer metadata of scope decide or admin required) or none, for a listener only the proxy reaches"},
+	{env: "RATELIMIT_GRPC_TLS_CERT", flag: "grpc-tls-cert", def: "", usage: "PEM certificate file of the gRPC listener; with the key, it serves TLS"},
+	{env: "RATELIMIT_GRPC_TLS_KEY", flag: "grpc-tls-key", def: "", usage: "PEM private key file of the gRPC listener"},
 	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
 }
 
@@ -74,6 +85,11 @@ type config struct {
 	Migrate         bool
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
+	// GRPCAddr is empty when the gRPC listener is off.
+	GRPCAddr string
+	// GRPCAuth is false for RATELIMIT_GRPC_AUTH=none.
+	GRPCAuth                bool
+	GRPCTLSCert, GRPCTLSKey string
 
 	// raw holds every value as given, for logging.
 	raw map[string]string
@@ -151,6 +167,20 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	if err := c.LogLevel.UnmarshalText([]byte(raw["RATELIMIT_LOG_LEVEL"])); err != nil {
 		bad("RATELIMIT_LOG_LEVEL", "want debug, info, warn or error, got %q", raw["RATELIMIT_LOG_LEVEL"])
 	}
+	c.GRPCAddr, c.GRPCTLSCert, c.GRPCTLSKey = raw["RATELIMIT_GRPC_ADDR"], raw["RATELIMIT_GRPC_TLS_CERT"], raw["RATELIMIT_GRPC_TLS_KEY"]
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); c.GRPCAddr != "" && err != nil {
+		bad("RATELIMIT_GRPC_ADDR", "want host:port or empty, got %q", c.GRPCAddr)
+	}
+	switch raw["RATELIMIT_GRPC_AUTH"] {
+	case "token":
+		c.GRPCAuth = true
+	case "none":
+	default:
+		bad("RATELIMIT_GRPC_AUTH", "want token or none, got %q", raw["RATELIMIT_GRPC_AUTH"])
+	}
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		bad("RATELIMIT_GRPC_TLS_CERT", "give both a certificate and a key (RATELIMIT_GRPC_TLS_KEY), or neither")
+	}
 	if len(errs) > 0 {
 		return nil, nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
@@ -163,10 +193,13 @@ func value(s setting, flagValue string, flagSet bool, getenv func(string) string
 	if flagSet {
 		return flagValue, nil
 	}
-	if v := getenv(s.env); v != "" {
+	switch v := getenv(s.env); {
+	case v == setEmpty && s.emptyOff:
+		return "", nil
+	case v != "" && v != setEmpty:
 		return v, nil
 	}
-	if path := getenv(s.env + "_FILE"); s.secret != public && path != "" {
+	if path := getenv(s.env + "_FILE"); s.secret != public && path != "" && path != setEmpty {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return "", fmt.Errorf("%s_FILE: %w", s.env, err)

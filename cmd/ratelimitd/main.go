@@ -32,7 +32,7 @@ func main() {
 	// a JSON log; the limiter logs a store outage once, when it begins.
 	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], environ, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -40,6 +40,16 @@ func main() {
 		}
 		os.Exit(2)
 	}
+}
+
+// environ reads a variable, reporting one set to the empty string as
+// setEmpty, so that a setting whose empty value means off can tell it from
+// one not set at all.
+func environ(key string) string {
+	if v, ok := os.LookupEnv(key); ok && v == "" {
+		return setEmpty
+	}
+	return os.Getenv(key)
 }
 
 // quiet discards go-redis's own log lines.

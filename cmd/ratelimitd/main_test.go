@@ -25,9 +25,15 @@ type service struct {
 	stop   func() error
 }
 
-// getenv serves a fixed environment.
+// getenv serves a fixed environment, where a variable set to "" is set
+// and empty, as environ reports it.
 func getenv(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
+	return func(k string) string {
+		if v, ok := env[k]; ok && v == "" {
+			return setEmpty
+		}
+		return env[k]
+	}
 }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
@@ -38,6 +44,9 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 func startServe(t *testing.T, env map[string]string) *service {
 	t.Helper()
 	env["RATELIMIT_HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["RATELIMIT_GRPC_ADDR"]; !ok {
+		env["RATELIMIT_GRPC_ADDR"] = "127.0.0.1:0"
+	}
 	if env["RATELIMIT_DATABASE_URL"] == "" {
 		env["RATELIMIT_DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
 	}

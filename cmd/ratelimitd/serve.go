@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -66,9 +68,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
+	reg := prometheus.NewRegistry()
 	srv := api.New(api.Config{
 		DB: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
+		Registry: reg, OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log,
 	})
@@ -112,6 +115,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	for i, s := range servers {
 		go func() { served <- s.Serve(listeners[i]) }()
 	}
+	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, reg, log, stdout, served)
+	if err != nil {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		stopBackground()
+		wg.Wait()
+		return err
+	}
 
 	select {
 	case err = <-served:
@@ -124,6 +136,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			err = serr
 		}
 	}
+	stopGRPC(shutdownCtx)
 	cancel()
 	stopBackground()
 	wg.Wait()
@@ -200,4 +213,43 @@ func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "No token existed, so an admin token was created (id %s). It is shown only this once:\n\n    %s\n\n", t.ID, secret)
 	return nil
+}
+
+// startGRPC starts Envoy's rate limit service on cfg.GRPCAddr, unless it
+// is empty, and returns what stops it gracefully within a context. A
+// failure of the listener ends serve as the HTTP server's does, through
+// failed.
+func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, reg *prometheus.Registry, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
+	if cfg.GRPCAddr == "" {
+		return func(context.Context) {}, nil
+	}
+	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
+	if !cfg.GRPCAuth {
+		rc.Auth = nil
+		log.Warn("the gRPC listener accepts calls without a token (RATELIMIT_GRPC_AUTH=none): only the proxy may reach it", "addr", cfg.GRPCAddr)
+	}
+	scheme := "grpc"
+	if cfg.GRPCTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.GRPCTLSCert, cfg.GRPCTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("the gRPC listener's certificate: %w", err)
+		}
+		rc.TLS, scheme = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, "grpcs"
+	}
+	ln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, err
+	}
+	gs := rls.New(rc)
+	fmt.Fprintf(stdout, "Envoy rate limit service listening on %s://%s\n", scheme, ln.Addr())
+	log.Info("listening", "addr", ln.Addr().String(), "api", "envoy.service.ratelimit.v3", "tls", rc.TLS != nil, "auth", cfg.GRPCAuth)
+	go func() {
+		if err := gs.Serve(ln); err != nil {
+			select {
+			case failed <- fmt.Errorf("the gRPC listener: %w", err):
+			default: // the HTTP server failed first
+			}
+		}
+	}()
+	return gs.Stop, nil
 }

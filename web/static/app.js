@@ -1,5 +1,6 @@
 // The admin page of ratelimitd: sign-in with a pasted token, the limits,
-// and the look-up of a bucket. The overrides panel is in overrides.js. The
+// Envoy's rules, and the look-up of a bucket, by limit and bucket id or by
+// Envoy domain and descriptor. The overrides panel is in overrides.js. The
 // page uses only the public REST API (api.js).
 
 import { Client, describe } from './api.js';
@@ -69,7 +70,9 @@ function signOut(message = '') {
   overrides.stop();
   clearLookup();
   $('#lookup-form').reset();
+  showLookupBy('bucket');
   $('#limits-table tbody').replaceChildren();
+  $('#rules-table tbody').replaceChildren();
   $('#app').hidden = true;
   $('#session').hidden = true;
   $('#sign-in').hidden = false;
@@ -93,6 +96,49 @@ async function loadLimits() {
   }
   renderLimits();
   fillLimitSelects();
+  await loadRules();
+}
+
+// ---- Envoy rules ----
+
+// descriptorText writes a rule's pattern as people read it: an entry
+// without a value takes any.
+const descriptorText = (entries) => entries.map((e) => `${e.key}=${e.value ?? '(any)'}`).join(', ');
+
+async function loadRules() {
+  const problem = $('#rules-problem');
+  let rules;
+  try {
+    ({ data: { rules } } = await busy($('#rules-panel'), () => session.client.call('GET', 'v1/rules')));
+    clearProblem(problem);
+  } catch (err) {
+    showProblem(problem, err);
+    return;
+  }
+  const rows = rules.map((r) => {
+    const row = fromTemplate('rule-row');
+    row.dataset.rule = r.id;
+    fill(row, 'domain', ...breakable(r.domain));
+    fill(row, 'descriptor', ...breakable(descriptorText(r.descriptor)));
+    fill(row, 'limit', ...breakable(r.limit));
+    return row;
+  });
+  $('#rules-table tbody').replaceChildren(...rows);
+  $('#rules-empty').hidden = rows.length > 0;
+}
+
+// parseDescriptor reads "key=value, key=value" into entries; a part
+// without "=" is an entry with an empty value, which the API refuses with
+// its own message.
+const parseDescriptor = (text) => text.split(',').map((part) => part.trim()).filter((part) => part !== '').map((part) => {
+  const at = part.indexOf('=');
+  return at < 0 ? { key: part, value: '' } : { key: part.slice(0, at).trim(), value: part.slice(at + 1).trim() };
+});
+
+// showLookupBy shows the fields of one way to name a bucket.
+function showLookupBy(by) {
+  $('#lk-by-bucket').hidden = by !== 'bucket';
+  $('#lk-by-descriptor').hidden = by !== 'descriptor';
 }
 
 function renderLimits() {
@@ -153,28 +199,41 @@ function clearLookup() {
 
 // lookUp checks the bucket with cost 0, which spends nothing, and shows
 // what is left of it. Without arguments it reads the form.
+// A descriptor is matched first (POST v1/rules/match), then its bucket
+// checked like any other.
 async function lookUp(limit, bucketID) {
   const form = $('#lookup-form');
-  const target = {
+  const byDescriptor = limit === undefined && form.elements.by.value === 'descriptor';
+  let target = {
     limit: limit ?? form.elements.limit.value,
     bucket_id: bucketID ?? form.elements.bucket_id.value.trim(),
   };
   const seq = ++lookupSeq;
   clearErrors(form);
   clearProblem($('#lookup-problem'));
+  let rule = null;
   try {
+    if (byDescriptor) {
+      const { data } = await busy($('#lookup-panel'), () => session.client.call('POST', 'v1/rules/match', {
+        body: { domain: form.elements.domain.value.trim(), descriptor: parseDescriptor(form.elements.descriptor.value) },
+      }));
+      rule = data.rule;
+      target = { limit: data.limit, bucket_id: data.bucket_id };
+    }
     const { data } = await busy($('#lookup-panel'), () => session.client.call('POST', 'v1/check', {
       body: { buckets: [{ ...target, cost: 0 }] },
     }));
     if (seq !== lookupSeq) return;
-    showDecision(data);
+    showDecision(data, rule);
   } catch (err) {
     if (seq !== lookupSeq) return;
     lastLookup = null;
     $('#lookup-result').hidden = true;
     $('#lookup-notice').textContent = '';
-    // The API names the fields of a decision "buckets[0].bucket_id".
-    reportProblem(form, $('#lookup-problem'), err, { toName: (field) => field.replace(/^buckets\[0\]\./, '') });
+    // The API names the fields of a decision "buckets[0].bucket_id", and
+    // those of a descriptor "descriptor[1].value".
+    const toName = (field) => field.replace(/^buckets\[0\]\./, '').replace(/^descriptor\[.*$/, 'descriptor');
+    reportProblem(form, $('#lookup-problem'), err, { toName });
   }
 }
 
@@ -184,8 +243,11 @@ const sources = {
   unlimited: 'An unlimited override: always allowed',
 };
 
-function showDecision(result) {
+function showDecision(result, rule = null) {
   const d = result.decisions[0];
+  const matched = $('#lk-rule');
+  matched.hidden = rule === null;
+  matched.textContent = rule ? `Envoy rule of domain ${rule.domain}: ${descriptorText(rule.descriptor)}` : '';
   lastLookup = { limit: d.limit, bucket_id: d.bucket_id };
   $('#lk-canonical').textContent = d.bucket_id;
   $('#lk-limit-name').textContent = d.limit;
@@ -258,6 +320,9 @@ function init() {
   $('#limits-table').addEventListener('click', (ev) => {
     const button = ev.target.closest('button[data-limit]');
     if (button) showOverridesOf(button.dataset.limit);
+  });
+  $('#lookup-form').addEventListener('change', (ev) => {
+    if (ev.target.name === 'by') showLookupBy(ev.target.value);
   });
   $('#lookup-form').addEventListener('submit', (ev) => {
     ev.preventDefault();

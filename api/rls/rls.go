@@ -1,0 +1,365 @@
+// Package rls answers Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over the same
+// Limiter as the REST API, so that Envoy, Istio and Envoy Gateway can use
+// ratelimitd in place of envoyproxy/ratelimit. The rules in the snapshot map
+// a request's domain and descriptors onto limits and bucket ids.
+package rls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Decider answers decisions; *limiter.Limiter is one.
+type Decider interface {
+	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
+	Snapshot() *limiter.Snapshot
+}
+
+// service implements RateLimitServiceServer.
+type service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim       Decider
+	count     func(op limiter.Op, res limiter.Result)
+	unmatched prometheus.Counter
+	log       *slog.Logger
+	scratch   sync.Pool
+}
+
+// newService returns the service of a Server's config.
+func newService(cfg Config) *service {
+	s := &service{lim: cfg.Limiter, count: cfg.Count, log: cfg.Logger}
+	if s.count == nil {
+		s.count = func(limiter.Op, limiter.Result) {}
+	}
+	s.unmatched = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimitd_grpc_unmatched_descriptors_total",
+		Help: "Descriptors of ShouldRateLimit requests that matched no rule, and so were answered OK without a bucket.",
+	})
+	if cfg.Registry != nil {
+		// A second listener on the same registry counts into the first's
+		// series.
+		err := cfg.Registry.Register(s.unmatched)
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if c, ok := are.ExistingCollector.(prometheus.Counter); ok {
+				s.unmatched = c
+			}
+		}
+	}
+	s.scratch.New = func() any { return &batch{} }
+	return s
+}
+
+// batch is the working memory of one request, pooled.
+type batch struct {
+	entries []limiter.DescriptorEntry
+	reqs    []limiter.Request
+	// slot[i] is the index in reqs of descriptor i, -1 when it matched no
+	// rule.
+	slot []int
+	// rules[j] is the rule of reqs[j], for naming the entries of a bad
+	// bucket id.
+	rules     []limiter.Rule
+	decisions []limiter.Decision
+}
+
+// ShouldRateLimit decides a request as one all-or-nothing spend of its
+// matched descriptors.
+func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	snap := s.lim.Snapshot()
+	if snap == nil {
+		return nil, status.Error(codes.Unavailable, "no snapshot of the limits is loaded yet")
+	}
+	b := s.scratch.Get().(*batch)
+	defer s.scratch.Put(b)
+	if err := b.translate(snap, req); err != nil {
+		return nil, err
+	}
+	descriptors := req.GetDescriptors()
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descriptors)),
+	}
+	if unmatched := len(descriptors) - countMatched(b.slot); unmatched > 0 {
+		s.unmatched.Add(float64(unmatched))
+	}
+	if len(b.reqs) == 0 {
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	res, err := s.lim.Decide(ctx, limiter.Spend, b.reqs, b.decisions)
+	if err != nil {
+		return nil, b.decideError(ctx, err)
+	}
+	b.decisions = res.Decisions
+	s.count(limiter.Spend, res)
+	if !res.Allowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i, j := range b.slot {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if j < 0 || res.Degraded {
+			continue
+		}
+		d := &res.Decisions[j]
+		if !d.Allowed && !d.Shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if d.Source == limiter.SourceUnlimited {
+			continue
+		}
+		st.CurrentLimit = currentLimit(d.Limit, d.Params)
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
+	}
+	resp.ResponseHeadersToAdd = headers(res)
+	return resp, nil
+}
+
+func countMatched(slot []int) int {
+	n := 0
+	for _, j := range slot {
+		if j >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Bounds of a request's hits: a cost must fit the limiter's int64.
+const maxHits = math.MaxInt64
+
+// translate turns a request into the batch of the limiter: each descriptor
+// that matches a rule becomes a bucket, and descriptors that map to the
+// same bucket share it, their hits added. Every bad field is an
+// INVALID_ARGUMENT naming the descriptor and entry; the first one found is
+// reported, as a gRPC status carries one message.
+func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) error {
+	b.reqs, b.slot, b.rules = b.reqs[:0], b.slot[:0], b.rules[:0]
+	domain := req.GetDomain()
+	if msg := limiter.DescriptorTextProblem(domain); msg != "" {
+		return invalid("domain: " + msg)
+	}
+	descriptors := req.GetDescriptors()
+	if len(descriptors) == 0 || len(descriptors) > limiter.MaxBatch {
+		return invalid("descriptors: must hold 1 to " + strconv.Itoa(limiter.MaxBatch) + " descriptors")
+	}
+	for i, d := range descriptors {
+		field := "descriptors[" + strconv.Itoa(i) + "]"
+		entries := d.GetEntries()
+		if len(entries) == 0 || len(entries) > limiter.MaxDescriptorEntries {
+			return invalid(field + ".entries: must hold 1 to " + strconv.Itoa(limiter.MaxDescriptorEntries) + " entries")
+		}
+		b.entries = b.entries[:0]
+		for k, e := range entries {
+			if msg := limiter.DescriptorTextProblem(e.GetKey()); msg != "" {
+				return invalid(field + ".entries[" + strconv.Itoa(k) + "].key: " + msg)
+			}
+			// A value may be empty, as a header can be; only a rule
+			// without a value for the entry can match it.
+			if v := e.GetValue(); v != "" {
+				if msg := limiter.DescriptorTextProblem(v); msg != "" {
+					return invalid(field + ".entries[" + strconv.Itoa(k) + "].value: " + msg)
+				}
+			}
+			b.entries = append(b.entries, limiter.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		if d.GetIsNegativeHits() {
+			return invalid(field + ".is_negative_hits: not supported; ratelimitd refunds over REST")
+		}
+		cost := uint64(1)
+		switch {
+		case d.GetHitsAddend() != nil:
+			cost = d.GetHitsAddend().GetValue()
+		case req.GetHitsAddend() > 0:
+			cost = uint64(req.GetHitsAddend())
+		}
+		if cost > maxHits {
+			return invalid(field + ".hits_addend: must be at most " + strconv.FormatUint(maxHits, 10))
+		}
+		r, ok := snap.Match(domain, b.entries)
+		if !ok {
+			b.slot = append(b.slot, -1)
+			continue
+		}
+		bucket := r.BucketID(b.entries)
+		j := b.find(r.Limit, bucket)
+		if j < 0 {
+			b.slot = append(b.slot, len(b.reqs))
+			b.reqs = append(b.reqs, limiter.Request{Limit: r.Limit, BucketID: bucket, Cost: int64(cost)})
+			b.rules = append(b.rules, r)
+			continue
+		}
+		// The same bucket twice: one spend of both costs.
+		if int64(cost) > maxHits-b.reqs[j].Cost {
+			return invalid(field + ".hits_addend: the hits of one bucket add up to more than " + strconv.FormatUint(maxHits, 10))
+		}
+		b.reqs[j].Cost += int64(cost)
+		b.slot = append(b.slot, j)
+	}
+	return nil
+}
+
+// find returns the index of the request of a bucket, -1 when there is
+// none. Batches are small (MaxBatch), so a scan beats a map.
+func (b *batch) find(limit, bucket string) int {
+	for j := range b.reqs {
+		if b.reqs[j].Limit == limit && b.reqs[j].BucketID == bucket {
+			return j
+		}
+	}
+	return -1
+}
+
+// decideError maps an error of the limiter to a status. Field errors name
+// the buckets of the batch; they are renamed after the first descriptor of
+// each and the entries whose values formed its bucket id.
+func (b *batch) decideError(ctx context.Context, err error) error {
+	var ve *limiter.ValidationError
+	switch {
+	case errors.As(err, &ve) && len(ve.Fields) > 0:
+		return invalid(b.describe(ve.Fields[0]))
+	case errors.Is(err, limiter.ErrUnavailable):
+		return status.Error(codes.Unavailable, "the bucket store is unavailable; retry later")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Internal, "internal error")
+}
+
+// describe names a field error of bucket j ("buckets[j].bucket_id") by the
+// descriptor and entries it came from.
+func (b *batch) describe(fe limiter.FieldError) string {
+	j, rest, ok := bucketField(fe.Field)
+	if !ok || j >= len(b.reqs) {
+		return fe.Field + ": " + fe.Message
+	}
+	i := 0
+	for i < len(b.slot) && b.slot[i] != j {
+		i++
+	}
+	field := "descriptors[" + strconv.Itoa(i) + "]"
+	r := b.rules[j]
+	switch rest {
+	case ".bucket_id":
+		free := []string{}
+		for k, e := range r.Descriptor {
+			if !e.Fixed() {
+				free = append(free, "entries["+strconv.Itoa(k)+"].value")
+			}
+		}
+		what := field + ".entries"
+		if len(free) == 1 {
+			what = field + "." + free[0]
+		}
+		return what + ": not a bucket id of limit " + strconv.Quote(r.Limit) + " (rule " + r.ID + "): " + fe.Message
+	case "":
+		return field + ": " + fe.Message
+	}
+	return field + ": limit " + strconv.Quote(r.Limit) + " (rule " + r.ID + "): " + fe.Message
+}
+
+// bucketField splits "buckets[3].bucket_id" into 3 and ".bucket_id".
+func bucketField(field string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(field, "buckets[")
+	if !ok {
+		return 0, "", false
+	}
+	num, rest, ok := strings.Cut(rest, "]")
+	j, err := strconv.Atoi(num)
+	return j, rest, ok && err == nil && j >= 0
+}
+
+func invalid(msg string) error { return status.Error(codes.InvalidArgument, msg) }
+
+// units are Envoy's units of current_limit, largest first, as
+// envoyproxy/ratelimit counts them (a month of 30 days, a year of 365).
+var units = []struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+}
+
+// currentLimit states a rate of count per period in Envoy's terms: in the
+// largest unit, no longer than the period, in which the number of requests
+// is whole (300 per 3h is 100 per HOUR, 10 per second 10 per SECOND); when
+// there is none, in the smallest unit in which it is at least 1, rounded
+// down (1 per 90s is 40 per HOUR); a rate below 1 a year shows as 1 per
+// YEAR. A limit's rate is at most a million a second, which always fits
+// Envoy's 32 bits in seconds.
+func currentLimit(name string, p limiter.Params) *rlsv3.RateLimitResponse_RateLimit {
+	out := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_YEAR}
+	for _, u := range units {
+		hi, lo := bits.Mul64(uint64(p.Count), uint64(u.d))
+		if hi >= uint64(p.Period) {
+			continue // over 2^64 a unit
+		}
+		q, r := bits.Div64(hi, lo, uint64(p.Period))
+		switch {
+		case q == 0 || q > math.MaxUint32:
+		case r == 0 && u.d <= p.Period:
+			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
+			return out
+		default:
+			// Units go from the largest down: the last kept is the
+			// smallest.
+			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
+		}
+	}
+	return out
+}
+
+// headers are the RateLimit-Policy, RateLimit and Retry-After headers of
+// the REST answer (draft-ietf-httpapi-ratelimit-headers), for Envoy to add
+// to its response.
+func headers(res limiter.Result) []*corev3.HeaderValue {
+	var out []*corev3.HeaderValue
+	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
+		d := &res.Decisions[i]
+		// The window holds the burst: burst·T, rounded up; a blocked
+		// bucket has none, and its quota of 0 is given over the period.
+		window := seconds(time.Duration(d.Params.Rate().Offset()) * time.Microsecond)
+		if window == 0 {
+			window = max(1, seconds(d.Params.Period))
+		}
+		name := strconv.Quote(d.Limit)
+		out = append(out,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatInt(d.Params.Burst, 10) + ";w=" + strconv.FormatInt(window, 10)},
+			&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(seconds(d.UntilReset(limiter.Spend)), 10)})
+	}
+	if !res.Allowed && res.RetryAfter > 0 {
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(seconds(res.RetryAfter), 10)})
+	}
+	return out
+}
+
+// seconds converts a duration into whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,278 @@
+package db
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+const entityRule = "rule"
+
+// rulesDomainDescriptorKey is the uniqueness of a pattern within a domain,
+// as Postgres names it and as SQLite reports it.
+const (
+	rulesDomainDescriptorKey       = "rules_domain_descriptor_key"
+	rulesDomainDescriptorKeySQLite = "rules.domain, rules.descriptor_hash"
+)
+
+const ruleColumns = `id, domain, descriptor, limit_name, created_at, updated_at`
+
+// entryDoc is a descriptor entry as the descriptor column, the audit and
+// the REST API write it: no value for an entry that matches any.
+type entryDoc struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// descriptorJSON encodes a pattern; the encoding is deterministic, so that
+// its hash tells patterns apart.
+func descriptorJSON(entries []limiter.DescriptorEntry) string {
+	docs := make([]entryDoc, len(entries))
+	for i, e := range entries {
+		docs[i] = entryDoc(e)
+	}
+	b, _ := json.Marshal(docs) // strings and structs of strings always encode
+	return string(b)
+}
+
+func descriptorHash(doc string) string {
+	h := sha256.Sum256([]byte(doc))
+	return hex.EncodeToString(h[:])
+}
+
+// ruleDoc is a rule in audit entries, in the shape of the REST API's.
+type ruleDoc struct {
+	ID         string     `json:"id"`
+	Domain     string     `json:"domain"`
+	Descriptor []entryDoc `json:"descriptor"`
+	Limit      string     `json:"limit"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+}
+
+func toRuleDoc(r limiter.Rule) *ruleDoc {
+	d := &ruleDoc{ID: r.ID, Domain: r.Domain, Limit: r.Limit, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	for _, e := range r.Descriptor {
+		d.Descriptor = append(d.Descriptor, entryDoc(e))
+	}
+	return d
+}
+
+func scanRule(rows *sql.Rows) (limiter.Rule, error) {
+	return scanRuleFrom(rows)
+}
+
+func scanRuleFrom(row interface{ Scan(...any) error }) (limiter.Rule, error) {
+	var r limiter.Rule
+	var desc string
+	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		return limiter.Rule{}, err
+	}
+	var docs []entryDoc
+	if err := json.Unmarshal([]byte(desc), &docs); err != nil {
+		return limiter.Rule{}, fmt.Errorf("database: the descriptor of rule %q: %w", r.ID, err)
+	}
+	r.Descriptor = make([]limiter.DescriptorEntry, len(docs))
+	for i, d := range docs {
+		r.Descriptor[i] = limiter.DescriptorEntry(d)
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return r, nil
+}
+
+// getRule reads one rule; sql.ErrNoRows when there is none.
+func getRule(ctx context.Context, d *DB, q queryer, id string) (limiter.Rule, error) {
+	r, err := scanRuleFrom(q.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules WHERE id = $1`, id))
+	return r, d.fail(ctx, err)
+}
+
+// ruleLimit checks that the limit of r exists and suits it, as a
+// *limiter.ValidationError naming "limit".
+func (w *writeTx) ruleLimit(ctx context.Context, r limiter.Rule) error {
+	l, err := getLimit(ctx, w.d, w.tx, r.Limit)
+	var ve limiter.ValidationError
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		ve.Add("limit", "unknown limit")
+	case err != nil:
+		return err
+	default:
+		if msg := r.CheckLimit(l); msg != "" {
+			ve.Add("limit", msg)
+		}
+	}
+	return ve.Err()
+}
+
+// CreateRule stores a new rule, which the caller has validated, and returns
+// it with its ID and timestamps set. A rule of the same domain and pattern
+// is a conflict; a limit that does not exist or cannot serve the rule is a
+// *limiter.ValidationError naming "limit".
+func (d *DB) CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error) {
+	err := d.write(ctx, actor, func(w *writeTx) error {
+		var err error
+		r, err = w.createRule(ctx, r)
+		return err
+	})
+	if err != nil {
+		return limiter.Rule{}, err
+	}
+	return r, nil
+}
+
+func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule, error) {
+	if err := w.ruleLimit(ctx, r); err != nil {
+		return limiter.Rule{}, err
+	}
+	r.ID = w.d.ids.next(w.now)
+	r.CreatedAt, r.UpdatedAt = w.now, w.now
+	desc := descriptorJSON(r.Descriptor)
+	err := w.exec(ctx, `
+		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, created_at, updated_at, updated_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`,
+		r.ID, r.Domain, desc, descriptorHash(desc), r.Limit, w.now, w.actor)
+	switch violated(err) {
+	case rulesDomainDescriptorKey, rulesDomainDescriptorKeySQLite:
+		return limiter.Rule{}, conflictf("domain %q already has a rule for descriptor %s", r.Domain, desc)
+	}
+	if err != nil {
+		return limiter.Rule{}, err
+	}
+	return r, w.audit(ctx, auditEntry{entity: entityRule, entityID: r.ID, action: limiter.ActionCreate,
+		limitName: r.Limit, after: toRuleDoc(r)})
+}
+
+// putRule creates r, or points the rule of its domain and descriptor at
+// r.Limit.
+func (w *writeTx) putRule(ctx context.Context, r limiter.Rule) (outcome, error) {
+	desc := descriptorJSON(r.Descriptor)
+	old, err := scanRuleFrom(w.tx.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules WHERE domain = $1 AND descriptor_hash = $2`,
+		r.Domain, descriptorHash(desc)))
+	switch err = w.d.fail(ctx, err); {
+	case errors.Is(err, sql.ErrNoRows):
+		_, err := w.createRule(ctx, r)
+		return created, err
+	case err != nil:
+		return unchanged, err
+	case old.Limit == r.Limit:
+		return unchanged, nil
+	}
+	return updated, w.setRuleLimit(ctx, old, r.Limit)
+}
+
+// GetRule returns the rule with the id, or an error wrapping
+// limiter.ErrNotFound.
+func (d *DB) GetRule(ctx context.Context, id string) (limiter.Rule, error) {
+	r, err := getRule(ctx, d, d.reader, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return limiter.Rule{}, notFoundf("rule %q not found", id)
+	}
+	return r, err
+}
+
+// ListRules returns the rules of domain, or of every domain when it is "",
+// sorted by domain, then id (creation order). Rules are few, a few per
+// route of a proxy, so there are no pages.
+func (d *DB) ListRules(ctx context.Context, domain string) ([]limiter.Rule, error) {
+	return collect(ctx, d, d.reader, scanRule, `
+		SELECT `+ruleColumns+` FROM rules WHERE $1 = '' OR domain = $1
+		ORDER BY domain, id`, domain)
+}
+
+// SetRuleLimit points the rule with the id at another limit, which must
+// exist and suit it.
+func (d *DB) SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter.Rule, error) {
+	var r limiter.Rule
+	err := d.write(ctx, actor, func(w *writeTx) error {
+		old, err := getRule(ctx, d, w.tx, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFoundf("rule %q not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		r = old
+		if limit == old.Limit {
+			return nil
+		}
+		r.Limit, r.UpdatedAt = limit, w.now
+		return w.setRuleLimit(ctx, old, limit)
+	})
+	if err != nil {
+		return limiter.Rule{}, err
+	}
+	return r, nil
+}
+
+// setRuleLimit points the stored rule old at limit, which must exist and
+// suit it.
+func (w *writeTx) setRuleLimit(ctx context.Context, old limiter.Rule, limit string) error {
+	r := old
+	r.Limit, r.UpdatedAt = limit, w.now
+	if err := w.ruleLimit(ctx, r); err != nil {
+		return err
+	}
+	if err := w.exec(ctx, `UPDATE rules SET limit_name = $2, updated_at = $3, updated_by = $4 WHERE id = $1`,
+		r.ID, limit, w.now, w.actor); err != nil {
+		return err
+	}
+	return w.audit(ctx, auditEntry{entity: entityRule, entityID: r.ID, action: limiter.ActionUpdate,
+		limitName: limit, before: toRuleDoc(old), after: toRuleDoc(r)})
+}
+
+// DeleteRule deletes the rule with the id.
+func (d *DB) DeleteRule(ctx context.Context, actor, id string) error {
+	return d.write(ctx, actor, func(w *writeTx) error {
+		old, err := getRule(ctx, d, w.tx, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFoundf("rule %q not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		if err := w.exec(ctx, `DELETE FROM rules WHERE id = $1`, id); err != nil {
+			return err
+		}
+		return w.audit(ctx, auditEntry{entity: entityRule, entityID: id, action: limiter.ActionDelete,
+			limitName: old.Limit, before: toRuleDoc(old)})
+	})
+}
+
+// limitHasRules reports whether rules use the limit, which keeps it from
+// being deleted. The foreign key refuses too, but SQLite would not say
+// which one.
+func (w *writeTx) limitHasRules(ctx context.Context, name string) (bool, error) {
+	var has bool
+	err := w.queryRow(ctx, []any{&has}, `SELECT EXISTS (SELECT 1 FROM rules WHERE limit_name = $1)`, name)
+	return has, err
+}
+
+// ruleChanges adds to c the rules written and deleted after version, read
+// in the transaction of Since.
+func ruleChanges(ctx context.Context, d *DB, tx *sql.Tx, version int64, c *limiter.Changes) error {
+	var err error
+	c.Rules, err = collect(ctx, d, tx, scanRule, `
+		SELECT `+ruleColumns+` FROM rules
+		WHERE id IN (SELECT entity_id FROM audit WHERE seq > $1 AND entity = 'rule')
+		ORDER BY id`, version)
+	if err != nil {
+		return err
+	}
+	c.DeletedRules, err = collect(ctx, d, tx, func(rows *sql.Rows) (string, error) {
+		var id string
+		err := rows.Scan(&id)
+		return id, err
+	}, `
+		SELECT DISTINCT a.entity_id FROM audit a
+		WHERE a.seq > $1 AND a.entity = 'rule'
+			AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.id = a.entity_id)
+		ORDER BY a.entity_id`, version)
+	return err
+}

@@ -1,0 +1,197 @@
+package db
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+func ruleOf(domain, limit string, kv ...string) limiter.Rule {
+	r := limiter.Rule{Domain: domain, Limit: limit}
+	for i := 0; i < len(kv); i += 2 {
+		r.Descriptor = append(r.Descriptor, limiter.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	return r
+}
+
+func wantFieldError(t *testing.T, err error, field string) {
+	t.Helper()
+	var ve *limiter.ValidationError
+	if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != field {
+		t.Fatalf("error = %v, want a validation error naming %s", err, field)
+	}
+}
+
+func TestRuleCRUD(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		e.putLimit(t, limitOf("PerIP", limiter.IPAddress))
+		e.putLimit(t, limitOf("PerText", limiter.String))
+		r, err := e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerIP", "remote_address", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ID == "" || !r.CreatedAt.Equal(e.clock.Now().Truncate(time.Microsecond)) {
+			t.Errorf("created %+v", r)
+		}
+		got, err := e.db.GetRule(ctx, r.ID)
+		if err != nil || got.Limit != "PerIP" || !slices.Equal(got.Descriptor, r.Descriptor) || !got.CreatedAt.Equal(r.CreatedAt) {
+			t.Fatalf("GetRule = %+v, %v; want %+v", got, err, r)
+		}
+		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerText", "remote_address", ""))
+		wantError(t, err, limiter.ErrConflict, `domain "edge" already has a rule for descriptor [{"key":"remote_address"}]`)
+		// The same pattern in another domain, or with a value, is another rule.
+		if _, err := e.db.CreateRule(ctx, "alice", ruleOf("other", "PerIP", "remote_address", "")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerText", "remote_address", "10.*")); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "Missing", "k", ""))
+		wantFieldError(t, err, "limit")
+		// Two free entries need the string format.
+		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerIP", "a", "", "b", ""))
+		wantFieldError(t, err, "limit")
+
+		all, err := e.db.ListRules(ctx, "")
+		if err != nil || len(all) != 3 {
+			t.Fatalf("ListRules = %v, %v", all, err)
+		}
+		edge, err := e.db.ListRules(ctx, "edge")
+		if err != nil || len(edge) != 2 || edge[0].ID != r.ID {
+			t.Fatalf("ListRules(edge) = %v, %v", edge, err)
+		}
+
+		wantError(t, e.db.DeleteLimit(ctx, "alice", "PerIP"), limiter.ErrConflict,
+			`rules use limit "PerIP": delete them or point them at another limit first`)
+		e.clock.Advance(time.Second)
+		up, err := e.db.SetRuleLimit(ctx, "alice", r.ID, "PerText")
+		if err != nil || up.Limit != "PerText" || !up.UpdatedAt.After(up.CreatedAt) {
+			t.Fatalf("SetRuleLimit = %+v, %v", up, err)
+		}
+		_, err = e.db.SetRuleLimit(ctx, "alice", r.ID, "Missing")
+		wantFieldError(t, err, "limit")
+		_, err = e.db.SetRuleLimit(ctx, "alice", "nope", "PerText")
+		wantError(t, err, limiter.ErrNotFound, `rule "nope" not found`)
+
+		if err := e.db.DeleteRule(ctx, "alice", r.ID); err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, e.db.DeleteRule(ctx, "alice", r.ID), limiter.ErrNotFound, `rule "`+r.ID+`" not found`)
+		_, err = e.db.GetRule(ctx, r.ID)
+		wantError(t, err, limiter.ErrNotFound, "")
+	})
+}
+
+// A descriptor longer than an index entry may be still has one rule per
+// domain and pattern, and hostile text is stored as it came.
+func TestRuleLongDescriptor(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		e.putLimit(t, limitOf("PerText", limiter.String))
+		var kv []string
+		for i := range limiter.MaxDescriptorEntries {
+			kv = append(kv, strings.Repeat(string(rune('a'+i)), 256), strings.Repeat("é", 127)+"*")
+		}
+		r := ruleOf("d\u2028'\"", "PerText", kv...)
+		if fe := r.Validate(); len(fe) > 0 {
+			t.Fatal(fe)
+		}
+		got, err := e.db.CreateRule(ctx, "alice", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := e.db.GetRule(ctx, got.ID)
+		if err != nil || back.Domain != r.Domain || !slices.Equal(back.Descriptor, r.Descriptor) {
+			t.Fatalf("read back %+v, %v", back, err)
+		}
+		_, err = e.db.CreateRule(ctx, "alice", r)
+		wantError(t, err, limiter.ErrConflict, "")
+	})
+}
+
+// TestRuleSequence runs random operations against the database and a small
+// model of it, and checks after each that the rules, and the snapshot kept
+// in step through Since, are the model's.
+func TestRuleSequence(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		rng := rand.New(rand.NewPCG(1, 2))
+		limits := []string{"A", "B"}
+		for _, l := range limits {
+			e.putLimit(t, limitOf(l, limiter.String))
+		}
+		b := limiter.NewBuilder()
+		version, err := e.db.Full(ctx, b.PutLimit, b.PutOverride)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := map[string]limiter.Rule{} // by id
+		patterns := [][]string{{"k", ""}, {"k", "v"}, {"k", "v*"}, {"k", "", "j", ""}}
+		for step := range 60 {
+			ids := slices.Sorted(func(yield func(string) bool) {
+				for id := range model {
+					if !yield(id) {
+						return
+					}
+				}
+			})
+			switch op := rng.IntN(3); {
+			case op == 0 || len(ids) == 0:
+				r := ruleOf([]string{"d1", "d2"}[rng.IntN(2)], limits[rng.IntN(2)], patterns[rng.IntN(len(patterns))]...)
+				got, err := e.db.CreateRule(ctx, "alice", r)
+				dup := false
+				for _, m := range model {
+					dup = dup || m.SameDescriptor(r)
+				}
+				switch {
+				case dup && errors.Is(err, limiter.ErrConflict):
+				case !dup && err == nil:
+					model[got.ID] = got
+				default:
+					t.Fatalf("step %d: create %+v (duplicate %v): %v", step, r, dup, err)
+				}
+			case op == 1:
+				id := ids[rng.IntN(len(ids))]
+				got, err := e.db.SetRuleLimit(ctx, "alice", id, limits[rng.IntN(2)])
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				model[id] = got
+			default:
+				id := ids[rng.IntN(len(ids))]
+				if err := e.db.DeleteRule(ctx, "alice", id); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				delete(model, id)
+			}
+			c, err := e.db.Since(ctx, version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Apply(c); err != nil {
+				t.Fatal(err)
+			}
+			version = c.Version
+			stored, err := e.db.ListRules(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := b.Snapshot(version, e.clock.Now()).Rules()
+			if len(stored) != len(model) || len(snap) != len(model) {
+				t.Fatalf("step %d: %d stored, %d in the snapshot, %d in the model", step, len(stored), len(snap), len(model))
+			}
+			for i := range stored {
+				m := model[stored[i].ID]
+				if m.Limit != stored[i].Limit || !m.SameDescriptor(stored[i]) || m.Limit != snap[i].Limit || !m.SameDescriptor(snap[i]) {
+					t.Fatalf("step %d: stored %+v, snapshot %+v, model %+v", step, stored[i], snap[i], m)
+				}
+			}
+		}
+	})
+}

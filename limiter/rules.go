@@ -1,0 +1,387 @@
+package limiter
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Bounds of rules and of the descriptors matched against them. Envoy's own
+// descriptors rarely hold more than a handful of entries; the bounds keep a
+// hostile request or rule from costing more than a few map look-ups.
+const (
+	// MaxDescriptorEntries bounds the entries of one descriptor.
+	MaxDescriptorEntries = 16
+	// maxDescriptorText bounds a domain, key or value, as bucket ids are
+	// bounded.
+	maxDescriptorText = 256
+)
+
+// DescriptorEntry is one key and value of a descriptor. In a rule, an empty
+// Value matches any value and a Value ending in '*' any value with that
+// prefix; in a request it is the value the proxy sent.
+type DescriptorEntry struct {
+	Key   string
+	Value string
+}
+
+// Rule maps the descriptors of a domain that match its pattern onto a limit:
+// the way Envoy's requests reach ratelimitd's buckets.
+type Rule struct {
+	// ID is opaque to clients.
+	ID         string
+	Domain     string
+	Descriptor []DescriptorEntry
+	Limit      string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// The kinds of match of one rule entry, most specific first.
+const (
+	matchExact = iota
+	matchPrefix
+	matchFree
+)
+
+// kind says how an entry of a rule matches values.
+func (e DescriptorEntry) kind() int {
+	switch {
+	case e.Value == "":
+		return matchFree
+	case strings.HasSuffix(e.Value, "*"):
+		return matchPrefix
+	}
+	return matchExact
+}
+
+// Fixed reports whether the entry matches one value only, and so adds
+// nothing to the bucket id.
+func (e DescriptorEntry) Fixed() bool { return e.kind() == matchExact }
+
+// FreeEntries counts the entries whose values form the bucket id.
+func (r Rule) FreeEntries() int {
+	n := 0
+	for _, e := range r.Descriptor {
+		if !e.Fixed() {
+			n++
+		}
+	}
+	return n
+}
+
+// Validate returns the field errors of r, named as in the REST API. Whether
+// the limit exists and suits the rule is the caller's to check, with
+// CheckLimit, since it depends on the limits stored.
+func (r Rule) Validate() []FieldError {
+	ve := ValidationError{Fields: ValidateDescriptor(r.Domain, r.Descriptor)}
+	if msg := NameProblem(r.Limit); msg != "" {
+		ve.Add("limit", msg)
+	}
+	return ve.Fields
+}
+
+// ValidateDescriptor returns the field errors of a domain and descriptor,
+// of a rule or of a request, named as in the REST API.
+func ValidateDescriptor(domain string, entries []DescriptorEntry) []FieldError {
+	var ve ValidationError
+	if msg := DescriptorTextProblem(domain); msg != "" {
+		ve.Add("domain", msg)
+	}
+	if len(entries) == 0 || len(entries) > MaxDescriptorEntries {
+		ve.Add("descriptor", "must hold 1 to "+strconv.Itoa(MaxDescriptorEntries)+" entries")
+	}
+	for i, e := range entries {
+		field := "descriptor[" + strconv.Itoa(i) + "]"
+		if msg := DescriptorTextProblem(e.Key); msg != "" {
+			ve.Add(field+".key", msg)
+		}
+		if e.Value != "" {
+			if msg := DescriptorTextProblem(e.Value); msg != "" {
+				ve.Add(field+".value", msg)
+			}
+		}
+	}
+	return ve.Fields
+}
+
+// CheckLimit says what keeps limit l from serving r, "" when nothing does:
+// several non-fixed values, or none, make a bucket id that only the string
+// format accepts.
+func (r Rule) CheckLimit(l Limit) string {
+	if r.FreeEntries() != 1 && l.IDFormat != String {
+		return "the limit's id_format must be string: a rule with no entry or several entries without a fixed value joins their values into the bucket id"
+	}
+	return ""
+}
+
+// DescriptorTextProblem says what is wrong with a domain, key or value of a
+// descriptor, "" when nothing is: it must be 1 to 256 bytes of UTF-8
+// without control characters, like a bucket id of the string format.
+func DescriptorTextProblem(s string) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > maxDescriptorText:
+		return "must be at most " + strconv.Itoa(maxDescriptorText) + " bytes"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return "must not hold control characters"
+	}
+	return ""
+}
+
+// SameDescriptor reports whether two rules have the same pattern, which
+// one domain may hold once.
+func (r Rule) SameDescriptor(o Rule) bool {
+	return r.Domain == o.Domain && slices.Equal(r.Descriptor, o.Descriptor)
+}
+
+// BucketID forms the bucket id of a matched request descriptor from the
+// values of the rule's entries that are not fixed: one value as it is, for
+// the limit's id format to canonicalise; several joined by '/', each with
+// '%' and '/' percent-encoded, so that no two tuples share an id; none,
+// "*".
+func (r Rule) BucketID(values []DescriptorEntry) string {
+	single := r.FreeEntries() == 1
+	var b strings.Builder
+	n := 0
+	for i, e := range r.Descriptor {
+		if e.Fixed() {
+			continue
+		}
+		v := values[i].Value
+		if single {
+			return v
+		}
+		if n > 0 {
+			b.WriteByte('/')
+		}
+		n++
+		for j := 0; j < len(v); j++ {
+			switch c := v[j]; c {
+			case '%':
+				b.WriteString("%25")
+			case '/':
+				b.WriteString("%2F")
+			default:
+				b.WriteByte(c)
+			}
+		}
+	}
+	if n == 0 {
+		return "*"
+	}
+	return b.String()
+}
+
+// ruleNode is a point in a domain's tree of rules: the rule whose pattern
+// ends here, if any, and the patterns that go on, by the key of their next
+// entry.
+type ruleNode struct {
+	rule *Rule
+	next map[string]*ruleLevel
+}
+
+// ruleLevel holds the patterns that go on with one key at one position.
+type ruleLevel struct {
+	exact map[string]*ruleNode
+	// prefixes are sorted longest first: a longer prefix is the more
+	// specific match.
+	prefixes []prefixNode
+	free     *ruleNode
+}
+
+type prefixNode struct {
+	prefix string
+	node   *ruleNode
+}
+
+// ruleIndex is the tree of every domain's rules, built once per change of
+// the rules so that matching a descriptor costs a map look-up per entry.
+type ruleIndex map[string]*ruleNode
+
+func buildRuleIndex(rules map[string]*Rule) ruleIndex {
+	idx := ruleIndex{}
+	for _, r := range rules {
+		n := idx[r.Domain]
+		if n == nil {
+			n = &ruleNode{}
+			idx[r.Domain] = n
+		}
+		for _, e := range r.Descriptor {
+			if n.next == nil {
+				n.next = map[string]*ruleLevel{}
+			}
+			lv := n.next[e.Key]
+			if lv == nil {
+				lv = &ruleLevel{}
+				n.next[e.Key] = lv
+			}
+			n = lv.child(e)
+		}
+		n.rule = r
+	}
+	for _, root := range idx {
+		root.sortPrefixes()
+	}
+	return idx
+}
+
+// child returns the node an entry leads to, making it when missing.
+func (lv *ruleLevel) child(e DescriptorEntry) *ruleNode {
+	switch e.kind() {
+	case matchExact:
+		if lv.exact == nil {
+			lv.exact = map[string]*ruleNode{}
+		}
+		if lv.exact[e.Value] == nil {
+			lv.exact[e.Value] = &ruleNode{}
+		}
+		return lv.exact[e.Value]
+	case matchPrefix:
+		p := strings.TrimSuffix(e.Value, "*")
+		for _, pn := range lv.prefixes {
+			if pn.prefix == p {
+				return pn.node
+			}
+		}
+		n := &ruleNode{}
+		lv.prefixes = append(lv.prefixes, prefixNode{prefix: p, node: n})
+		return n
+	}
+	if lv.free == nil {
+		lv.free = &ruleNode{}
+	}
+	return lv.free
+}
+
+func (n *ruleNode) sortPrefixes() {
+	for _, lv := range n.next {
+		slices.SortFunc(lv.prefixes, func(a, b prefixNode) int { return len(b.prefix) - len(a.prefix) })
+		for _, c := range lv.exact {
+			c.sortPrefixes()
+		}
+		for _, p := range lv.prefixes {
+			p.node.sortPrefixes()
+		}
+		if lv.free != nil {
+			lv.free.sortPrefixes()
+		}
+	}
+}
+
+// match finds the most specific rule for the entries from position i on:
+// trying an exact value before prefixes (longest first) before a free
+// entry, and backtracking only when a branch has no rule of the right
+// length, so that the first rule found is the most specific comparing
+// entries from the first.
+func (n *ruleNode) match(entries []DescriptorEntry) *Rule {
+	if len(entries) == 0 {
+		return n.rule
+	}
+	lv := n.next[entries[0].Key]
+	if lv == nil {
+		return nil
+	}
+	v, rest := entries[0].Value, entries[1:]
+	if c := lv.exact[v]; c != nil {
+		if r := c.match(rest); r != nil {
+			return r
+		}
+	}
+	for _, p := range lv.prefixes {
+		if strings.HasPrefix(v, p.prefix) {
+			if r := p.node.match(rest); r != nil {
+				return r
+			}
+		}
+	}
+	if lv.free != nil {
+		return lv.free.match(rest)
+	}
+	return nil
+}
+
+// Rules returns every rule, sorted by domain, then id.
+func (s *Snapshot) Rules() []Rule {
+	out := make([]Rule, 0, len(s.rules))
+	for _, r := range s.rules {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b Rule) int {
+		if c := strings.Compare(a.Domain, b.Domain); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// Match finds the most specific rule of domain that entries match; ok is
+// false when none does. The rule's BucketID of entries is the bucket.
+func (s *Snapshot) Match(domain string, entries []DescriptorEntry) (r Rule, ok bool) {
+	root := s.ruleIdx[domain]
+	if root == nil {
+		return Rule{}, false
+	}
+	found := root.match(entries)
+	if found == nil {
+		return Rule{}, false
+	}
+	return *found, true
+}
+
+// PutRule adds r or replaces the rule with its id. The rule must be valid
+// and its limit in the snapshot (ErrNotFound otherwise), which the database
+// ensures by refusing to delete a limit that rules use.
+func (b *Builder) PutRule(r Rule) error {
+	if fe := r.Validate(); len(fe) > 0 {
+		return fmt.Errorf("rule %q: %w", r.ID, &ValidationError{Fields: fe})
+	}
+	if _, ok := b.snap.byName[r.Limit]; !ok {
+		return fmt.Errorf("rule %q of unknown limit %q: %w", r.ID, r.Limit, ErrNotFound)
+	}
+	b.ownRules()
+	r.Descriptor = slices.Clone(r.Descriptor)
+	b.snap.rules[r.ID] = &r
+	return nil
+}
+
+// DeleteRule removes the rule with the id, if any.
+func (b *Builder) DeleteRule(id string) {
+	if _, ok := b.snap.rules[id]; !ok {
+		return
+	}
+	b.ownRules()
+	delete(b.snap.rules, id)
+}
+
+// ownRules copies the rules before the first change; the index is rebuilt
+// when the snapshot is taken, which is cheap as rules are few.
+func (b *Builder) ownRules() {
+	if !b.rulesOwned {
+		b.snap.rules = maps.Clone(b.snap.rules)
+		if b.snap.rules == nil {
+			b.snap.rules = map[string]*Rule{}
+		}
+		b.rulesOwned = true
+	}
+	b.rulesChanged = true
+}
+
+// indexRules rebuilds the rule index if the rules changed since the last
+// snapshot.
+func (b *Builder) indexRules() {
+	if b.rulesChanged {
+		b.snap.ruleIdx = buildRuleIndex(b.snap.rules)
+		b.rulesChanged = false
+	}
+	b.rulesOwned = false
+}

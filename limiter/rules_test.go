@@ -1,0 +1,157 @@
+package limiter
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ruleSnapshot(t *testing.T, rules ...Rule) *Snapshot {
+	t.Helper()
+	b := NewBuilder()
+	for _, l := range []Limit{
+		{Name: "PerIP", Enum: 1, IDFormat: IPAddress, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "PerText", Enum: 2, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "Exact", Enum: 3, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "Prefix", Enum: 4, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "LongPrefix", Enum: 5, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+	} {
+		if err := b.PutLimit(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rules {
+		if err := b.PutRule(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Snapshot(1, time.Unix(0, 0))
+}
+
+func entries(kv ...string) []DescriptorEntry {
+	var out []DescriptorEntry
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+func TestMatchPrecedence(t *testing.T) {
+	s := ruleSnapshot(t,
+		Rule{ID: "free", Domain: "d", Descriptor: entries("path", "", "user", ""), Limit: "PerText"},
+		Rule{ID: "exact", Domain: "d", Descriptor: entries("path", "/api", "user", ""), Limit: "Exact"},
+		Rule{ID: "prefix", Domain: "d", Descriptor: entries("path", "/a*", "user", ""), Limit: "Prefix"},
+		Rule{ID: "longprefix", Domain: "d", Descriptor: entries("path", "/ap*", "user", ""), Limit: "LongPrefix"},
+		// Exact in the second entry loses to exact in the first.
+		Rule{ID: "exact2", Domain: "d", Descriptor: entries("path", "", "user", "bob"), Limit: "PerText"},
+		Rule{ID: "ip", Domain: "d", Descriptor: entries("remote_address", ""), Limit: "PerIP"},
+		Rule{ID: "fixed", Domain: "e", Descriptor: entries("k", "v"), Limit: "PerText"},
+	)
+	for _, tc := range []struct {
+		domain, limit, bucket string
+		in                    []DescriptorEntry
+	}{
+		{"d", "Exact", "bob", entries("path", "/api", "user", "bob")},
+		{"d", "LongPrefix", "%2Fapx/bob", entries("path", "/apx", "user", "bob")},
+		{"d", "Prefix", "%2Fab/bob", entries("path", "/ab", "user", "bob")},
+		// exact2: exact in the second entry beats the all-free rule.
+		{"d", "PerText", "/other", entries("path", "/other", "user", "bob")},
+		{"d", "PerText", "%2Fother/carol", entries("path", "/other", "user", "carol")},
+		{"d", "PerText", "x%25y/a%2Fb", entries("path", "x%y", "user", "a/b")},
+		{"d", "PerIP", "10.0.0.1", entries("remote_address", "10.0.0.1")},
+		{"e", "PerText", "*", entries("k", "v")},
+		// Keys in order and the same number of entries, or no match.
+		{"d", "", "", entries("user", "bob", "path", "/api")},
+		{"d", "", "", entries("path", "/api")},
+		{"d", "", "", entries("path", "/api", "user", "bob", "x", "y")},
+		{"e", "", "", entries("k", "w")},
+		{"nodomain", "", "", entries("k", "v")},
+	} {
+		r, ok := s.Match(tc.domain, tc.in)
+		limit, bucket := r.Limit, ""
+		if ok {
+			bucket = r.BucketID(tc.in)
+		}
+		if limit != tc.limit || bucket != tc.bucket || ok != (tc.limit != "") {
+			t.Errorf("Match(%q, %v) = %q, %q, %v; want %q, %q", tc.domain, tc.in, limit, bucket, ok, tc.limit, tc.bucket)
+		}
+	}
+}
+
+// A more specific first entry wins even when its branch must backtrack to
+// a less specific second entry.
+func TestMatchBacktracks(t *testing.T) {
+	s := ruleSnapshot(t,
+		Rule{ID: "a", Domain: "d", Descriptor: entries("a", "x", "b", "only"), Limit: "Exact"},
+		Rule{ID: "b", Domain: "d", Descriptor: entries("a", "x*", "b", ""), Limit: "Prefix"},
+		Rule{ID: "c", Domain: "d", Descriptor: entries("a", "", "b", "y"), Limit: "PerText"},
+	)
+	if r, _ := s.Match("d", entries("a", "x", "b", "y")); r.Limit != "Prefix" {
+		t.Errorf("got %q, want Prefix", r.Limit)
+	}
+	if r, _ := s.Match("d", entries("a", "z", "b", "y")); r.Limit != "PerText" {
+		t.Errorf("got %q, want PerText", r.Limit)
+	}
+}
+
+func TestRuleChangesReachSnapshot(t *testing.T) {
+	s := ruleSnapshot(t, Rule{ID: "r1", Domain: "d", Descriptor: entries("k", ""), Limit: "PerText"})
+	b := s.Builder()
+	if err := b.Apply(Changes{Version: 2, DeletedRules: []string{"r1"},
+		Rules: []Rule{{ID: "r2", Domain: "d", Descriptor: entries("k", "v*"), Limit: "Prefix"}}}); err != nil {
+		t.Fatal(err)
+	}
+	next := b.Snapshot(2, time.Unix(1, 0))
+	if r, _ := next.Match("d", entries("k", "vw")); r.Limit != "Prefix" {
+		t.Errorf("after the change got %q, want Prefix", r.Limit)
+	}
+	if _, ok := next.Match("d", entries("k", "w")); ok {
+		t.Error("a deleted rule still matches")
+	}
+	// The earlier snapshot is untouched.
+	if r, _ := s.Match("d", entries("k", "w")); r.Limit != "PerText" {
+		t.Errorf("the earlier snapshot changed: got %q", r.Limit)
+	}
+	if len(next.Rules()) != 1 || len(s.Rules()) != 1 || next.Rules()[0].ID != "r2" {
+		t.Errorf("Rules() = %v and %v", s.Rules(), next.Rules())
+	}
+}
+
+func TestPutRuleRefuses(t *testing.T) {
+	b := NewBuilder()
+	if err := b.PutRule(Rule{ID: "x", Domain: "d", Descriptor: entries("k", ""), Limit: "Missing"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown limit: got %v", err)
+	}
+	var ve *ValidationError
+	if err := b.PutRule(Rule{ID: "x", Domain: "", Limit: "Missing"}); !errors.As(err, &ve) {
+		t.Errorf("invalid rule: got %v", err)
+	}
+}
+
+func TestRuleValidate(t *testing.T) {
+	long := strings.Repeat("a", 257)
+	r := Rule{Domain: "bad\x00", Descriptor: []DescriptorEntry{{Key: ""}, {Key: "k", Value: "\xff"}, {Key: long}}, Limit: "9x"}
+	got := map[string]bool{}
+	for _, fe := range r.Validate() {
+		got[fe.Field] = true
+	}
+	for _, f := range []string{"domain", "descriptor[0].key", "descriptor[1].value", "descriptor[2].key", "limit"} {
+		if !got[f] {
+			t.Errorf("no error for %s in %v", f, r.Validate())
+		}
+	}
+	if fe := (Rule{Domain: "d", Limit: "L"}).Validate(); len(fe) != 1 || fe[0].Field != "descriptor" {
+		t.Errorf("no entries: %v", fe)
+	}
+	ip := Limit{IDFormat: IPAddress}
+	if msg := (Rule{Descriptor: entries("a", "", "b", "")}).CheckLimit(ip); msg == "" {
+		t.Error("two free entries accepted for an ip_address limit")
+	}
+	if msg := (Rule{Descriptor: entries("a", "x")}).CheckLimit(ip); msg == "" {
+		t.Error("no free entry accepted for an ip_address limit")
+	}
+	if msg := (Rule{Descriptor: entries("a", "x", "b", "")}).CheckLimit(ip); msg != "" {
+		t.Errorf("one free entry refused: %s", msg)
+	}
+}

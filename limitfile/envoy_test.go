@@ -1,0 +1,255 @@
+package limitfile_test
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limitfile"
+)
+
+// The real database satisfies EnvoyStore.
+var _ limitfile.EnvoyStore = (*db.DB)(nil)
+
+func envoyDB(t *testing.T, postgres bool) *db.DB {
+	t.Helper()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
+	if postgres {
+		url = testenv.Postgres(t)
+	}
+	d, err := db.Open(t.Context(), url, db.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func envoyFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "envoy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// snapshotOf loads what the database holds, as a replica would.
+func snapshotOf(t *testing.T, d *db.DB) *limiter.Snapshot {
+	t.Helper()
+	b := limiter.NewBuilder()
+	v, err := d.Full(t.Context(), b.PutLimit, b.PutOverride)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := d.ListRules(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
+		if err := b.PutRule(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Snapshot(v, time.Now())
+}
+
+// decide says what a request descriptor of domain gets: its limit, bucket
+// and parameters, or "" when no rule matches.
+func decide(t *testing.T, s *limiter.Snapshot, domain string, kv ...string) (limit string, r limiter.Resolution) {
+	t.Helper()
+	var entries []limiter.DescriptorEntry
+	for i := 0; i < len(kv); i += 2 {
+		entries = append(entries, limiter.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	rule, ok := s.Match(domain, entries)
+	if !ok {
+		return "", limiter.Resolution{}
+	}
+	res, err := s.Resolve(rule.Limit, rule.BucketID(entries), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rule.Limit, res
+}
+
+// TestImportEnvoy imports files in the shapes of envoyproxy/ratelimit's
+// own examples, on both engines, and checks the decisions they lead to.
+func TestImportEnvoy(t *testing.T) {
+	for _, engine := range []string{"sqlite", "postgres"} {
+		t.Run(engine, func(t *testing.T) {
+			d := envoyDB(t, engine == "postgres")
+			ctx := t.Context()
+			imp := func(name string, dryRun bool) limiter.ImportCounts {
+				t.Helper()
+				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", envoyFile(t, name), dryRun)
+				if err != nil || errs != nil {
+					t.Fatalf("%s: %v, %v", name, errs, err)
+				}
+				return counts
+			}
+			if got := imp("blocked.yaml", true); got != (limiter.ImportCounts{Created: 4}) {
+				t.Errorf("dry run: %+v", got)
+			}
+			if ls, _ := d.ListLimits(ctx); len(ls) != 0 {
+				t.Fatalf("the dry run wrote %d limits", len(ls))
+			}
+			for _, tc := range []struct {
+				file string
+				want limiter.ImportCounts
+			}{
+				{"flat.yaml", limiter.ImportCounts{Created: 4}},
+				{"nested.yaml", limiter.ImportCounts{Created: 4}},
+				{"blocked.yaml", limiter.ImportCounts{Created: 4}},
+				{"levels.yaml", limiter.ImportCounts{Created: 2}},
+				{"unlimited.yaml", limiter.ImportCounts{Created: 3}},
+				{"shadow.yaml", limiter.ImportCounts{Created: 4}},
+				{"wildcard.yaml", limiter.ImportCounts{Created: 2}},
+			} {
+				if got := imp(tc.file, false); got != tc.want {
+					t.Errorf("%s: %+v, want %+v", tc.file, got, tc.want)
+				}
+				// The same file again changes nothing.
+				if got := imp(tc.file, false); got.Created+got.Updated != 0 {
+					t.Errorf("%s again: %+v", tc.file, got)
+				}
+			}
+
+			s := snapshotOf(t, d)
+			limit, r := decide(t, s, "reports", "table", "invoices")
+			if limit != "reports.table.invoices" || r.Params != (limiter.Params{Burst: 200, Count: 200, Period: time.Second}) || r.BucketID != "*" {
+				t.Errorf("reports invoices: %s %+v", limit, r)
+			}
+			if limit, _ := decide(t, s, "reports", "table", "other"); limit != "" {
+				t.Errorf("an unlisted value matched %s", limit)
+			}
+			// Nested: the promotion limit for the pair, the general one alone.
+			if limit, r := decide(t, s, "notify", "kind", "promo", "address", "a@example.com"); limit != "notify.kind.promo.address" || r.Params.Count != 4 || r.Params.Period != 24*time.Hour || r.BucketID != "a@example.com" {
+				t.Errorf("promo: %s %+v", limit, r)
+			}
+			if limit, r := decide(t, s, "notify", "address", "a@example.com"); limit != "notify.address" || r.Params.Count != 60 {
+				t.Errorf("address: %s %+v", limit, r)
+			}
+			// Value-specific descriptors became overrides of the key-only
+			// descriptor's limit: a block and a larger rate.
+			if _, r := decide(t, s, "gateway_ip", "client_ip", "198.51.100.7"); r.Source != limiter.SourceOverride || r.Params.Burst != 0 {
+				t.Errorf("banned: %+v", r)
+			}
+			if _, r := decide(t, s, "gateway_ip", "client_ip", "198.51.100.8"); r.Source != limiter.SourceOverride || r.Params.Burst != 100 {
+				t.Errorf("friend: %+v", r)
+			}
+			if _, r := decide(t, s, "gateway_ip", "client_ip", "198.51.100.9"); r.Source != limiter.SourceDefault || r.Params.Burst != 20 {
+				t.Errorf("anyone: %+v", r)
+			}
+			if limit, _ := decide(t, s, "levels", "tenant", "acme"); limit != "" {
+				t.Errorf("one entry of two matched %s", limit)
+			}
+			if limit, _ := decide(t, s, "levels", "tenant", "acme", "route", "/x"); limit == "" {
+				t.Error("two entries did not match")
+			}
+			// Unlimited: an override where a less specific descriptor would
+			// limit, nothing where none would.
+			if _, r := decide(t, s, "backends", "partner", "trusted"); r.Source != limiter.SourceUnlimited {
+				t.Errorf("trusted partner: %+v", r)
+			}
+			if limit, _ := decide(t, s, "backends", "directory", "x"); limit != "" {
+				t.Errorf("an unlimited descriptor without competition became %s", limit)
+			}
+			if _, r := decide(t, s, "trial", "app", "a", "account", "acct-1"); !r.Limit.Shadow {
+				t.Errorf("shadow_mode lost: %+v", r.Limit)
+			}
+			if limit, _ := decide(t, s, "paths", "path", "/v2/users"); limit == "" {
+				t.Error("the wildcard did not match")
+			}
+
+			// An export imports again without a change.
+			for _, domain := range []string{"reports", "notify", "gateway_ip", "levels", "backends", "trial", "paths"} {
+				out, err := limitfile.ExportEnvoy(ctx, d, domain)
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+				if err != nil || errs != nil || counts.Created+counts.Updated != 0 {
+					t.Errorf("%s: the export imports as %+v, %v, %v:\n%s", domain, counts, errs, err, out)
+				}
+			}
+			out, err := limitfile.ExportEnvoy(ctx, d, "gateway_ip")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{`value: "198.51.100.7"`, "requests_per_unit: 0", "name: gateway_ip.client_ip"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("no %q in the export:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+func TestImportEnvoyErrors(t *testing.T) {
+	d := envoyDB(t, false)
+	for _, tc := range []struct {
+		name, doc string
+		line      int
+		want      string
+	}{
+		{"replaces", string(envoyFile(t, "replaces.yaml")), 19, "rate_limit.replaces: is not supported"},
+		{"detailed_metric", string(envoyFile(t, "detailed.yaml")), 4, "detailed_metric: is not supported"},
+		{"not a map", "- a\n", 1, "is a map with domain and descriptors"},
+		{"no domain", "descriptors: []\n", 1, "domain: is required"},
+		{"unknown key", "domain: d\nextra: 1\n", 2, `unknown key "extra"`},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", 4, "rate_limit.unit: must be one of second"},
+		{"negative", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n", 6, "requests_per_unit: must be between 0 and 4294967295"},
+		{"too fast", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4000000000\n", 6, "not a rate ratelimitd can hold"},
+		{"control character", "domain: d\ndescriptors:\n  - key: \"k\\0\"\n", 3, "key: must not hold control characters"},
+		{"empty value", "domain: d\ndescriptors:\n  - key: k\n    value: \"\"\n", 4, "value: must not be empty"},
+		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", 5, "the same descriptor as on line 3"},
+		{"blocked alone", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n", 3, "requests_per_unit 0 blocks"},
+		{"unlimited prefix", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: a*\n    rate_limit: {unlimited: true}\n", 5, "not one bucket"},
+		{"alias", "domain: &d d\ndescriptors:\n  - key: *d\n", 3, "aliases are not supported"},
+		{"bad name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: 9lives, unit: second, requests_per_unit: 1}\n", 4, "rate_limit.name: must start with a letter"},
+		{"deep", "domain: d\ndescriptors:\n" + deep(17), 0, "descriptors nest at most 16 deep"},
+	} {
+		_, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", []byte(tc.doc), false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		found := false
+		for _, e := range errs {
+			found = found || strings.Contains(e.Message, tc.want) && (tc.line == 0 || e.Line == tc.line)
+		}
+		if !found {
+			t.Errorf("%s: %v; want line %d: %q", tc.name, errs, tc.line, tc.want)
+		}
+	}
+	if ls, _ := d.ListLimits(t.Context()); len(ls) != 0 {
+		t.Errorf("refused files wrote %d limits", len(ls))
+	}
+	if rs, _ := d.ListRules(t.Context(), ""); len(rs) != 0 {
+		t.Errorf("refused files wrote %d rules", len(rs))
+	}
+}
+
+// deep nests n descriptors.
+func deep(n int) string {
+	var b strings.Builder
+	for i := range n {
+		ind := strings.Repeat("    ", i)
+		b.WriteString(ind + "  - key: k\n")
+		if i < n-1 {
+			b.WriteString(ind + "    descriptors:\n")
+		} else {
+			b.WriteString(ind + "    rate_limit: {unit: second, requests_per_unit: 1}\n")
+		}
+	}
+	return b.String()
+}
