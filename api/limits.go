@@ -10,7 +10,8 @@ import (
 )
 
 // limitPutRequest is the body of PUT /v1/limits/{name}. A PUT replaces the
-// limit, so a missing description or shadow means "" and false.
+// limit, so a missing description, unit or shadow means "", requests and
+// false.
 type limitPutRequest struct {
 	// Name may repeat the path's name; it is never a rename.
 	Name        *string `json:"name"`
@@ -20,6 +21,7 @@ type limitPutRequest struct {
 	Count       *int64  `json:"count" validate:"required,min=1"`
 	Period      *string `json:"period" validate:"required"`
 	Description *string `json:"description"`
+	Unit        *string `json:"unit"`
 	Shadow      *bool   `json:"shadow"`
 }
 
@@ -48,6 +50,12 @@ func (r *limitPutRequest) limit(name string, fs *fieldSet) limiter.Limit {
 	if r.Description != nil {
 		l.Description = *r.Description
 	}
+	if r.Unit != nil {
+		if *r.Unit == "" {
+			fs.add("unit", "must not be empty; leave it out to count requests")
+		}
+		l.Unit = *r.Unit
+	}
 	if r.Shadow != nil {
 		l.Shadow = *r.Shadow
 	}
@@ -74,6 +82,7 @@ type limitResponse struct {
 	Count         int64            `json:"count"`
 	Period        string           `json:"period"`
 	Description   string           `json:"description"`
+	Unit          string           `json:"unit"`
 	Shadow        bool             `json:"shadow"`
 	CreatedAt     time.Time        `json:"created_at"`
 	UpdatedAt     time.Time        `json:"updated_at"`
@@ -85,7 +94,7 @@ func toLimitResponse(l limiter.Limit, overrides int) limitResponse {
 	return limitResponse{
 		Name: l.Name, Enum: l.Enum, IDFormat: l.IDFormat,
 		Burst: l.Burst, Count: l.Count, Period: l.Period.String(),
-		Description: l.Description, Shadow: l.Shadow,
+		Description: l.Description, Unit: l.Counts(), Shadow: l.Shadow,
 		CreatedAt: l.CreatedAt.UTC(), UpdatedAt: l.UpdatedAt.UTC(), OverrideCount: overrides,
 	}
 }

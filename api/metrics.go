@@ -31,6 +31,7 @@ const (
 // routes.
 type metrics struct {
 	decisionsTotal *prometheus.CounterVec
+	settledTokens  *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	handler        http.Handler
 	// codes are the status codes as label values, made once.
@@ -98,6 +99,15 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 				"denied, shadow_denied (denied by a shadow limit, which lets the request through) or degraded (allowed while the store " +
 				"failed). For refunds, allowed means tokens were given back. The front end is http (REST) or grpc (Envoy's ShouldRateLimit).",
 		}, []string{"op", "limit", "result", "frontend"})),
+		// The unit is a label here, and not on the decisions, because
+		// tokens of different units must never be summed: a dashboard
+		// sums by unit. It adds no series, a limit having one unit.
+		settledTokens: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_settled_tokens_total",
+			Help: "Tokens that settles gave back (returned: reserved beyond actual) or charged (charged: actual beyond reserved), " +
+				"by limit and unit. The excess of a settle that hit the cap of one burst of debt is counted as capped, not charged: " +
+				"only part of it was charged.",
+		}, []string{"limit", "unit", "kind"})),
 		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimitd_http_request_duration_seconds",
 			Help:    "HTTP request latencies by route pattern, method and status code.",
@@ -166,6 +176,32 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 // ObserveDecisions counts the decisions of a REST result.
 func (s *Server) ObserveDecisions(op limiter.Op, res limiter.Result) {
 	s.metrics.count(op, res, "http")
+}
+
+// ObserveSettle counts the tokens a settle gave back and charged. A
+// settle that changed nothing (a blocked or unlimited bucket, or an answer
+// degraded by a store failure) counts nothing.
+func (s *Server) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
+	if res.Degraded {
+		return
+	}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if !d.Allowed || d.Source == limiter.SourceUnlimited {
+			continue
+		}
+		reserved, actual := reqs[i].Reserved, reqs[i].Cost
+		kind, n := "charged", actual-reserved
+		switch {
+		case n < 0:
+			kind, n = "returned", -n
+		case d.Capped:
+			kind = "capped"
+		case n == 0:
+			continue
+		}
+		s.metrics.settledTokens.WithLabelValues(d.Limit, d.Unit, kind).Add(float64(n))
+	}
 }
 
 // count counts the decisions of a result of a front end.

@@ -145,6 +145,19 @@ func seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
+// quotaUnit maps a limit's unit to the RateLimit-Policy header's qu, ""
+// when the header is to have none. The draft defines requests (its
+// default, so never sent), content-bytes and concurrent-requests; a
+// limit in bytes counts content bytes. Any other unit, tokens for one, has
+// no name there: the header then leaves it out rather than send a value
+// clients cannot know, and the answer's unit says what the quota counts.
+func quotaUnit(unit string) string {
+	if unit == "bytes" || unit == "content-bytes" {
+		return "content-bytes"
+	}
+	return ""
+}
+
 // setHeaders sets RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
 // bucket, and Retry-After when the answer is a denial that a retry can
@@ -164,6 +177,11 @@ func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) 
 		b = append(b, d.Limit...)
 		b = append(b, `";q=`...)
 		b = strconv.AppendInt(b, d.Params.Burst, 10)
+		if qu := quotaUnit(d.Unit); qu != "" {
+			b = append(b, `;qu="`...)
+			b = append(b, qu...)
+			b = append(b, '"')
+		}
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, window, 10)
 		policyEnd := len(b)

@@ -52,6 +52,9 @@ type Observer interface {
 	RequestID() string
 	ObserveRequest(route, method string, status int, took time.Duration)
 	ObserveDecisions(op limiter.Op, res limiter.Result)
+	// ObserveSettle counts the tokens a settle moved, which its
+	// decisions alone do not tell.
+	ObserveSettle(reqs []limiter.Request, res limiter.Result)
 }
 
 // Config wires a Handler.
@@ -262,6 +265,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 		return err
 	}
 	h.cfg.Observer.ObserveDecisions(op, res)
+	if op == limiter.Settle {
+		h.cfg.Observer.ObserveSettle(reqs, res)
+	}
 	hdr := w.Header()
 	sc.setHeaders(hdr, op, res)
 	sc.fill(op, res)
