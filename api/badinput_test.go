@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -134,6 +135,28 @@ func TestBadInput(t *testing.T) {
 				[]string{"buckets[1]"}},
 		}})
 	}
+	maxCost := strconv.FormatInt(limiter.MaxCost, 10)
+	endpoints = append(endpoints, writeEndpoint{"POST", "/v1/settle", []badCase{
+		{"wrong types", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": "1", "actual": null}]}`, 400,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"fractions", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": 1.5, "actual": 2e3}]}`, 400,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": 1, "actual": 1}]}`, 400, []string{"buckets[0].cost"}},
+		{"duplicate actual", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "actual": 1, "actual": 2}]}`, 400, []string{"buckets[0].actual"}},
+		{"huge", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": ` + huge + `, "actual": ` + huge + `}]}`, 400,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"negative", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": -1, "actual": -5}]}`, 422,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"beyond int64", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": 99999999999999999999, "actual": -99999999999999999999}]}`, 422,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"beyond any limit", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": ` + maxCost + `1, "actual": 9223372036854775807}]}`, 422,
+			[]string{"buckets[0].reserved", "buckets[0].actual"}},
+		{"missing actual", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "reserved": 5}]}`, 422, []string{"buckets[0].actual"}},
+		{"unknown limit and bad id", `{"buckets": [{"limit": "PerAccount", "bucket_id": "77", "actual": 9}, {"limit": "Nope", "bucket_id": "1", "actual": 1},
+			{"limit": "PerAccount", "bucket_id": "x", "actual": 1}]}`, 422, []string{"buckets[1].limit", "buckets[2].bucket_id"}},
+		{"duplicate", `{"buckets": [{"limit": "PerAccount", "bucket_id": "77", "actual": 0}, {"limit": "PerAccount", "bucket_id": "077", "actual": 9}]}`, 422,
+			[]string{"buckets[1]"}},
+	}})
 	endpoints = append(endpoints, writeEndpoint{"POST", "/v1/buckets/reset", []badCase{
 		{"wrong types", `{"buckets": [{"limit": 1, "bucket_id": true}]}`, 400, []string{"buckets[0].limit", "buckets[0].bucket_id"}},
 		{"cost", `{"buckets": [{"limit": "PerAccount", "bucket_id": "1", "cost": 1}]}`, 400, []string{"buckets[0].cost"}},

@@ -28,11 +28,14 @@ type decision struct {
 	Allowed      bool    `json:"allowed"`
 	Reason       *string `json:"reason"`
 	Remaining    int64   `json:"remaining"`
+	Debt         int64   `json:"debt"`
 	RetryAfterMS int64   `json:"retry_after_ms"`
 	ResetAfterMS int64   `json:"reset_after_ms"`
 	Burst        int64   `json:"burst"`
 	Count        int64   `json:"count"`
 	Period       string  `json:"period"`
+	Unit         string  `json:"unit"`
+	Capped       *bool   `json:"capped"`
 	Source       string  `json:"source"`
 	Shadow       bool    `json:"shadow"`
 }
