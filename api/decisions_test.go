@@ -108,7 +108,7 @@ func TestDecisions(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 		if d != (decision{Limit: "PerAccount", BucketID: "42", Allowed: true, Remaining: 2, ResetAfterMS: 1000,
-			Burst: 3, Count: 3, Period: "3s", Source: "default"}) {
+			Burst: 3, Count: 3, Period: "3s", Unit: "requests", Source: "default"}) {
 			t.Errorf("decision %+v", d)
 		}
 		wantHeaders(t, res, `"PerAccount";q=3;w=3`, `"PerAccount";r=2;t=1`, "")

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,4 +207,40 @@ func TestSettleIsAllOrNothing(t *testing.T) {
 			t.Errorf("Retry-After %q on a settle", res.header.Get("Retry-After"))
 		}
 	})
+}
+
+// TestLimitUnit shows a limit's unit: checked, counting requests unless
+// told otherwise, kept by an import that cannot name it, and answered in
+// decisions.
+func TestLimitUnit(t *testing.T) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			e := newEnv(t, eng.opts...)
+			for _, bad := range []any{"", "Tokens", "1st", "kilo bytes", "tökens", "a\x00b", "x" + strings.Repeat("y", 32)} {
+				p := e.do("PUT", "/v1/limits/Tokens", e.admin, obj{"id_format": "string", "burst": 5, "count": 5, "period": "1m", "unit": bad}).
+					expect(t, http.StatusUnprocessableEntity).problem(t)
+				wantFields(t, p, "unit")
+			}
+			e.do("PUT", "/v1/limits/Tokens", e.admin, obj{"id_format": "string", "burst": 5, "count": 5, "period": "1m", "unit": 5}).
+				expect(t, http.StatusBadRequest)
+			if l := e.limit("Plain", "string", 5, 5, "1m"); l["unit"] != "requests" {
+				t.Errorf("a limit without a unit: %v", l)
+			}
+			l := e.putLimit("Tokens", obj{"id_format": "string", "burst": 5, "count": 5, "period": "1m", "unit": "llm_tokens-v2"})
+			if l["unit"] != "llm_tokens-v2" {
+				t.Errorf("unit %v", l["unit"])
+			}
+			e.imported("kind=defaults", "Tokens: {burst: 9, count: 9, period: 1m, id_format: string}\nFresh: {burst: 9, count: 9, period: 1m, id_format: string}\n", 1, 1, 0)
+			for name, want := range map[string]string{"Tokens": "llm_tokens-v2", "Fresh": "requests"} {
+				got := e.do("GET", "/v1/limits/"+name, e.admin, nil).expect(t, http.StatusOK).object(t)
+				if got["unit"] != want || got["burst"] != float64(9) {
+					t.Errorf("%s after the import: %v", name, got)
+				}
+			}
+			e.waitFor("the import", func(s *limiter.Snapshot) bool { l, ok := s.Limit("Tokens"); return ok && l.Burst == 9 })
+			if r, _ := e.decided("check", e.admin, bucket("Tokens", "x", 1)); r.Decisions[0].Unit != "llm_tokens-v2" {
+				t.Errorf("decision %+v", r.Decisions[0])
+			}
+		})
+	}
 }

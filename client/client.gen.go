@@ -265,15 +265,21 @@ type BucketRequest struct {
 
 // Decision defines model for Decision.
 type Decision struct {
-	// Allowed For spends and checks, whether this bucket alone allows its cost (in a denied batch nothing is spent); for refunds, whether anything was given back.
+	// Allowed For spends and checks, whether this bucket alone allows its cost (in a denied batch nothing is spent); for refunds, whether anything was given back; for settles, true but on a blocked bucket.
 	Allowed bool `json:"allowed"`
 
 	// BucketID Canonical.
 	BucketID string `json:"bucket_id"`
 
 	// Burst The parameters in force (an unlimited bucket reports the limit's defaults).
-	Burst int64  `json:"burst"`
-	Count int64  `json:"count"`
+	Burst int64 `json:"burst"`
+
+	// Capped Settles only. The excess would have put the bucket more than one burst into debt, so only part of it (or, in that much debt already, none) was charged.
+	Capped *bool `json:"capped,omitempty"`
+	Count  int64 `json:"count"`
+
+	// Debt Whole tokens owed beyond empty after the request, rounded up; 0 when the bucket is not in debt. A settle puts a bucket at most one burst into debt; a lowered limit can leave more. While it is above 0, spends are denied and `remaining` is 0.
+	Debt  int64  `json:"debt"`
 	Limit string `json:"limit"`
 
 	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
@@ -294,6 +300,9 @@ type Decision struct {
 	RetryAfterMs int64          `json:"retry_after_ms"`
 	Shadow       bool           `json:"shadow"`
 	Source       DecisionSource `json:"source"`
+
+	// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
+	Unit Unit `json:"unit"`
 }
 
 // DecisionReason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
@@ -310,7 +319,7 @@ type DecisionRequest struct {
 
 // DecisionResult defines model for DecisionResult.
 type DecisionResult struct {
-	// Allowed True when no bucket outside shadow limits is denied; for a refund, when every such bucket got something back (false when one was full already). Never true together with an error status.
+	// Allowed True when no bucket outside shadow limits is denied; for a refund, when every such bucket got something back (false when one was full already); for a settle, unless it names a blocked bucket. Never true together with an error status.
 	Allowed bool `json:"allowed"`
 
 	// Decisions One per requested bucket, in request order.
@@ -456,8 +465,11 @@ type Limit struct {
 	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
 	//
 	// Example: 3h0m0s
-	Period    Period    `json:"period"`
-	Shadow    bool      `json:"shadow"`
+	Period Period `json:"period"`
+	Shadow bool   `json:"shadow"`
+
+	// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
+	Unit      Unit      `json:"unit"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -503,6 +515,9 @@ type LimitPut struct {
 
 	// Shadow Decisions are computed, counted and reported with `shadow`, but never deny.
 	Shadow *bool `json:"shadow,omitempty"`
+
+	// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
+	Unit *Unit `json:"unit,omitempty"`
 }
 
 // Override defines model for Override.
@@ -671,6 +686,25 @@ type RulePatch struct {
 // Scope defines model for Scope.
 type Scope string
 
+// SettleBucket defines model for SettleBucket.
+type SettleBucket struct {
+	// Actual What the request really cost.
+	Actual int64 `json:"actual"`
+
+	// BucketID Validated and canonicalised by the limit's id_format.
+	BucketID string    `json:"bucket_id"`
+	Limit    LimitName `json:"limit"`
+
+	// Reserved What the request's spend took up front.
+	Reserved *int64 `json:"reserved,omitempty"`
+}
+
+// SettleRequest defines model for SettleRequest.
+type SettleRequest struct {
+	// Buckets The same limit and canonical bucket id twice is 422.
+	Buckets []SettleBucket `json:"buckets"`
+}
+
 // Status defines model for Status.
 type Status struct {
 	Database StatusDatabase `json:"database"`
@@ -736,6 +770,9 @@ type TokenCreated struct {
 type TokenList struct {
 	Tokens []Token `json:"tokens"`
 }
+
+// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
+type Unit = string
 
 // LimitNameParameter defines model for LimitName.
 type LimitNameParameter = LimitName
@@ -873,6 +910,9 @@ type PatchRuleJSONRequestBody = RulePatch
 
 // PatchRuleApplicationMergePatchPlusJSONRequestBody defines body for PatchRule for application/merge-patch+json ContentType.
 type PatchRuleApplicationMergePatchPlusJSONRequestBody = RulePatch
+
+// SettleJSONRequestBody defines body for Settle for application/json ContentType.
+type SettleJSONRequestBody = SettleRequest
 
 // SpendJSONRequestBody defines body for Spend for application/json ContentType.
 type SpendJSONRequestBody = DecisionRequest
@@ -1379,6 +1419,46 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
 	PatchRuleWithApplicationMergePatchPlusJSONBody(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SettleWithBody Charge what requests really cost, once that is known.
+	//
+	// After a spend of an estimate (`reserved`), the request's real cost
+	// (`actual`: tokens of a language model, bytes sent) is settled: less
+	// gives the difference back, as a refund, never past full; more charges
+	// the excess even past empty, so that the bucket goes into debt and
+	// spends are denied until it has paid it off. One settle never puts a
+	// bucket more than one burst into debt: what is beyond is dropped, and
+	// the decision says `capped`. The batch is applied in one atomic step.
+	// A settle is never refused for lack of tokens: every decision is
+	// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+	// batch's `allowed` is false only when it names a blocked bucket. An
+	// unlimited bucket is left alone. The headers are those of any decision:
+	// a bucket in debt has `r=0`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/settle (the `Settle` operationId).
+	SettleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Settle Charge what requests really cost, once that is known.
+	//
+	// After a spend of an estimate (`reserved`), the request's real cost
+	// (`actual`: tokens of a language model, bytes sent) is settled: less
+	// gives the difference back, as a refund, never past full; more charges
+	// the excess even past empty, so that the bucket goes into debt and
+	// spends are denied until it has paid it off. One settle never puts a
+	// bucket more than one burst into debt: what is beyond is dropped, and
+	// the decision says `capped`. The batch is applied in one atomic step.
+	// A settle is never refused for lack of tokens: every decision is
+	// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+	// batch's `allowed` is false only when it names a blocked bucket. An
+	// unlimited bucket is left alone. The headers are those of any decision:
+	// a bucket in debt has `r=0`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/settle (the `Settle` operationId).
+	Settle(ctx context.Context, body SettleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SpendWithBody Take the costs from every bucket, or from none.
 	//
@@ -2184,6 +2264,66 @@ func (c *Client) PatchRule(ctx context.Context, id RuleID, body PatchRuleJSONReq
 // Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
 func (c *Client) PatchRuleWithApplicationMergePatchPlusJSONBody(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPatchRuleRequestWithApplicationMergePatchPlusJSONBody(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SettleWithBody Charge what requests really cost, once that is known.
+//
+// After a spend of an estimate (`reserved`), the request's real cost
+// (`actual`: tokens of a language model, bytes sent) is settled: less
+// gives the difference back, as a refund, never past full; more charges
+// the excess even past empty, so that the bucket goes into debt and
+// spends are denied until it has paid it off. One settle never puts a
+// bucket more than one burst into debt: what is beyond is dropped, and
+// the decision says `capped`. The batch is applied in one atomic step.
+// A settle is never refused for lack of tokens: every decision is
+// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+// batch's `allowed` is false only when it names a blocked bucket. An
+// unlimited bucket is left alone. The headers are those of any decision:
+// a bucket in debt has `r=0`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/settle (the `Settle` operationId).
+func (c *Client) SettleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSettleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Settle Charge what requests really cost, once that is known.
+//
+// After a spend of an estimate (`reserved`), the request's real cost
+// (`actual`: tokens of a language model, bytes sent) is settled: less
+// gives the difference back, as a refund, never past full; more charges
+// the excess even past empty, so that the bucket goes into debt and
+// spends are denied until it has paid it off. One settle never puts a
+// bucket more than one burst into debt: what is beyond is dropped, and
+// the decision says `capped`. The batch is applied in one atomic step.
+// A settle is never refused for lack of tokens: every decision is
+// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+// batch's `allowed` is false only when it names a blocked bucket. An
+// unlimited bucket is left alone. The headers are those of any decision:
+// a bucket in debt has `r=0`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/settle (the `Settle` operationId).
+func (c *Client) Settle(ctx context.Context, body SettleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSettleRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3499,6 +3639,46 @@ func NewPatchRuleRequestWithBody(server string, id RuleID, contentType string, b
 	return req, nil
 }
 
+// NewSettleRequest calls the generic Settle builder with application/json body
+func NewSettleRequest(server string, body SettleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSettleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSettleRequestWithBody constructs an http.Request for the Settle method, with any body, and a specified content type
+func NewSettleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/settle")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewSpendRequest calls the generic Spend builder with application/json body
 func NewSpendRequest(server string, body SpendJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4169,6 +4349,46 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/rules/{id} (the `PatchRule` operationId).
 	PatchRuleWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, id RuleID, body PatchRuleApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchRuleResponse, error)
+
+	// SettleWithBodyWithResponse Charge what requests really cost, once that is known.
+	//
+	// After a spend of an estimate (`reserved`), the request's real cost
+	// (`actual`: tokens of a language model, bytes sent) is settled: less
+	// gives the difference back, as a refund, never past full; more charges
+	// the excess even past empty, so that the bucket goes into debt and
+	// spends are denied until it has paid it off. One settle never puts a
+	// bucket more than one burst into debt: what is beyond is dropped, and
+	// the decision says `capped`. The batch is applied in one atomic step.
+	// A settle is never refused for lack of tokens: every decision is
+	// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+	// batch's `allowed` is false only when it names a blocked bucket. An
+	// unlimited bucket is left alone. The headers are those of any decision:
+	// a bucket in debt has `r=0`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/settle (the `Settle` operationId).
+	SettleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SettleResponse, error)
+
+	// SettleWithResponse Charge what requests really cost, once that is known.
+	//
+	// After a spend of an estimate (`reserved`), the request's real cost
+	// (`actual`: tokens of a language model, bytes sent) is settled: less
+	// gives the difference back, as a refund, never past full; more charges
+	// the excess even past empty, so that the bucket goes into debt and
+	// spends are denied until it has paid it off. One settle never puts a
+	// bucket more than one burst into debt: what is beyond is dropped, and
+	// the decision says `capped`. The batch is applied in one atomic step.
+	// A settle is never refused for lack of tokens: every decision is
+	// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+	// batch's `allowed` is false only when it names a blocked bucket. An
+	// unlimited bucket is left alone. The headers are those of any decision:
+	// a bucket in debt has `r=0`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/settle (the `Settle` operationId).
+	SettleWithResponse(ctx context.Context, body SettleJSONRequestBody, reqEditors ...RequestEditorFn) (*SettleResponse, error)
 
 	// SpendWithBodyWithResponse Take the costs from every bucket, or from none.
 	//
@@ -6559,6 +6779,119 @@ func (r PatchRuleResponse) ContentType() string {
 	return ""
 }
 
+// SettleResponse200Headers the declared response headers of an HTTP 200 response for Settle
+type SettleResponse200Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// SettleResponse401Headers the declared response headers of an HTTP 401 response for Settle
+type SettleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SettleResponse503Headers the declared response headers of an HTTP 503 response for Settle
+type SettleResponse503Headers struct {
+	RetryAfter *int
+}
+
+type SettleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DecisionResponse
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SettleResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SettleResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SettleResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SettleResponse) GetJSON200() *DecisionResponse {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SettleResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SettleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SettleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SettleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SettleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // SpendResponse200Headers the declared response headers of an HTTP 200 response for Spend
 type SpendResponse200Headers struct {
 	RateLimit       *string
@@ -7773,6 +8106,58 @@ func (c *ClientWithResponses) PatchRuleWithApplicationMergePatchPlusJSONBodyWith
 		return nil, err
 	}
 	return ParsePatchRuleResponse(rsp)
+}
+
+// SettleWithBodyWithResponse Charge what requests really cost, once that is known.
+//
+// After a spend of an estimate (`reserved`), the request's real cost
+// (`actual`: tokens of a language model, bytes sent) is settled: less
+// gives the difference back, as a refund, never past full; more charges
+// the excess even past empty, so that the bucket goes into debt and
+// spends are denied until it has paid it off. One settle never puts a
+// bucket more than one burst into debt: what is beyond is dropped, and
+// the decision says `capped`. The batch is applied in one atomic step.
+// A settle is never refused for lack of tokens: every decision is
+// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+// batch's `allowed` is false only when it names a blocked bucket. An
+// unlimited bucket is left alone. The headers are those of any decision:
+// a bucket in debt has `r=0`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/settle (the `Settle` operationId).
+func (c *ClientWithResponses) SettleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SettleResponse, error) {
+	rsp, err := c.SettleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSettleResponse(rsp)
+}
+
+// SettleWithResponse Charge what requests really cost, once that is known.
+//
+// After a spend of an estimate (`reserved`), the request's real cost
+// (`actual`: tokens of a language model, bytes sent) is settled: less
+// gives the difference back, as a refund, never past full; more charges
+// the excess even past empty, so that the bucket goes into debt and
+// spends are denied until it has paid it off. One settle never puts a
+// bucket more than one burst into debt: what is beyond is dropped, and
+// the decision says `capped`. The batch is applied in one atomic step.
+// A settle is never refused for lack of tokens: every decision is
+// allowed, but a blocked bucket's (reason `blocked`, left alone), so the
+// batch's `allowed` is false only when it names a blocked bucket. An
+// unlimited bucket is left alone. The headers are those of any decision:
+// a bucket in debt has `r=0`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/settle (the `Settle` operationId).
+func (c *ClientWithResponses) SettleWithResponse(ctx context.Context, body SettleJSONRequestBody, reqEditors ...RequestEditorFn) (*SettleResponse, error) {
+	rsp, err := c.Settle(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSettleResponse(rsp)
 }
 
 // SpendWithBodyWithResponse Take the costs from every bucket, or from none.
@@ -10051,6 +10436,128 @@ func ParsePatchRuleResponse(rsp *http.Response) (*PatchRuleResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchRuleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSettleResponse parses an HTTP response from a SettleWithResponse call
+func ParseSettleResponse(rsp *http.Response) (*SettleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SettleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DecisionResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SettleResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers SettleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers SettleResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -100,6 +100,7 @@ func limitOf(name string, f limiter.IDFormat) limiter.Limit {
 		Name: name, IDFormat: f,
 		Params:      limiter.Params{Burst: 10, Count: 5, Period: time.Hour},
 		Description: "test limit " + name,
+		Unit:        limiter.DefaultUnit,
 	}
 }
 
@@ -192,13 +193,13 @@ func TestLimitCRUD(t *testing.T) {
 
 		e.clock.Advance(time.Minute)
 		change := want
-		change.Burst, change.Description, change.Shadow = 20, "changed", true
+		change.Burst, change.Description, change.Shadow, change.Unit = 20, "changed", true, "tokens"
 		change.Enum = 0
 		got, created, err := e.db.PutLimit(ctx, "alice", change)
 		if err != nil || created {
 			t.Fatalf("update: created %v, err %v", created, err)
 		}
-		if got.Burst != 20 || got.Description != "changed" || !got.Shadow || got.Enum != want.Enum ||
+		if got.Burst != 20 || got.Description != "changed" || !got.Shadow || got.Unit != "tokens" || got.Enum != want.Enum ||
 			!got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(e.clock.Now().Truncate(time.Microsecond)) {
 			t.Fatalf("update returned %+v", got)
 		}
