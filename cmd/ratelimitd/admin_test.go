@@ -83,6 +83,18 @@ func TestAdminPage(t *testing.T) {
 		p.typeInto("#lk-bucket", adminBucket+"\n"))
 	p.waitTextIs("the bucket is full", "#lk-remaining", "300")
 	p.waitText("the bucket has the default", "#lk-source", "default")
+	p.waitTextIs("the limit counts requests", "#lk-unit", "requests")
+	p.waitTextIs("the bucket owes nothing", "#lk-debt", "None")
+
+	// A settle that charges 100 more than the burst puts the bucket into
+	// debt, which the look-up shows; a reset clears it.
+	svc.mustCall(t, "POST", "/v1/settle", svc.bootstrap, map[string]any{"buckets": []map[string]any{
+		{"limit": adminLimit, "bucket_id": adminBucket, "reserved": 0, "actual": 400}}}, http.StatusOK, nil)
+	p.do("look the bucket up again", chromedp.Click(chromedp.CSS("#lk-refresh")))
+	p.waitTextIs("the bucket is empty", "#lk-remaining", "0")
+	p.waitTextIs("the bucket is in debt", "#lk-debt", "100 requests owed: spends are denied until it is paid off")
+	svc.mustCall(t, "POST", "/v1/buckets/reset", svc.bootstrap, map[string]any{"buckets": []map[string]any{
+		{"limit": adminLimit, "bucket_id": adminBucket}}}, http.StatusOK, nil)
 
 	// Grant an override with a mistyped bucket id: the API's own message
 	// is shown beside the bucket id field, which takes the focus.

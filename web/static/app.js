@@ -252,6 +252,12 @@ function showDecision(result, rule = null) {
   $('#lk-canonical').textContent = d.bucket_id;
   $('#lk-limit-name').textContent = d.limit;
   $('#lk-remaining').textContent = String(d.remaining);
+  $('#lk-unit').textContent = d.unit;
+  // A settle that charged more than was left puts a bucket into debt;
+  // spends are denied until the refill has paid it off.
+  $('#lk-debt').textContent = d.debt > 0
+    ? `${d.debt} ${d.unit} owed: spends are denied until it is paid off`
+    : 'None';
   $('#lk-burst').textContent = `${d.burst} (its burst)`;
   const full = $('#lk-reset-at');
   if (d.reset_after_ms <= 0) {
@@ -271,7 +277,8 @@ function showDecision(result, rule = null) {
   $('#lk-reset').hidden = !mayManage(scope);
   $('#lk-grant').hidden = !mayManage(scope) || d.source !== 'default';
   $('#lookup-result').hidden = false;
-  $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${d.remaining} of ${d.burst} remaining.`;
+  $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${d.remaining} ${d.unit} of ${d.burst} remaining` +
+    (d.debt > 0 ? `, ${d.debt} owed.` : '.');
 }
 
 async function resetBucket() {
