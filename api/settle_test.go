@@ -53,23 +53,29 @@ func TestSettleWorkedExample(t *testing.T) {
 		}
 		// Reserve an estimate of 4,000 tokens, then settle with the 1,200
 		// the model really used: 2,800 come back.
-		step("spend", bucket("LLMTokensPerMinute", "acct-42", 4000), true, 96000, 0, 0, `"LLMTokensPerMinute";r=96000;t=3`)
-		d := step("settle", settle("LLMTokensPerMinute", "acct-42", 4000, 1200), true, 98800, 0, 0, `"LLMTokensPerMinute";r=98800;t=1`)
+		step("spend", bucket("LLMTokensPerMinute", "key-42", 4000), true, 96000, 0, 0, `"LLMTokensPerMinute";r=96000;t=3`)
+		d := step("settle", settle("LLMTokensPerMinute", "key-42", 4000, 1200), true, 98800, 0, 0, `"LLMTokensPerMinute";r=98800;t=1`)
 		if d.Capped == nil || *d.Capped {
 			t.Errorf("capped %v", d.Capped)
 		}
 		// A long answer: 150,000 tokens on a 4,000 estimate. The bucket
 		// goes 51,200 tokens into debt.
-		step("spend", bucket("LLMTokensPerMinute", "acct-42", 4000), true, 94800, 0, 0, `"LLMTokensPerMinute";r=94800;t=4`)
-		step("settle", settle("LLMTokensPerMinute", "acct-42", 4000, 150000), true, 0, 51200, 0, `"LLMTokensPerMinute";r=0;t=91`)
-		// Until the debt is paid, nothing more is admitted: the next token
-		// is 51,201 tokens of 0.6 ms away.
-		step("spend", bucket("LLMTokensPerMinute", "acct-42", 1), false, 0, 51200, 30721, `"LLMTokensPerMinute";r=0;t=31`)
-		step("check", bucket("LLMTokensPerMinute", "acct-42", 0), false, 0, 51200, 30720, `"LLMTokensPerMinute";r=0;t=31`)
+		step("spend", bucket("LLMTokensPerMinute", "key-42", 4000), true, 94800, 0, 0, `"LLMTokensPerMinute";r=94800;t=4`)
+		step("settle", settle("LLMTokensPerMinute", "key-42", 4000, 150000), true, 0, 51200, 0, `"LLMTokensPerMinute";r=0;t=91`)
+		// Until the debt is paid, nothing more is admitted: the next
+		// estimate of 4,000 is 55,200 tokens of 0.6 ms away.
+		_, res := e.decided("spend", e.admin, bucket("LLMTokensPerMinute", "key-42", 4000))
+		if res.header.Get("Retry-After") != "34" {
+			t.Errorf("Retry-After %q", res.header.Get("Retry-After"))
+		}
+		step("spend", bucket("LLMTokensPerMinute", "key-42", 4000), false, 0, 51200, 33120, `"LLMTokensPerMinute";r=0;t=34`)
+		// A spend of 1 would wait for 51,201 tokens.
+		step("spend", bucket("LLMTokensPerMinute", "key-42", 1), false, 0, 51200, 30721, `"LLMTokensPerMinute";r=0;t=31`)
+		step("check", bucket("LLMTokensPerMinute", "key-42", 0), false, 0, 51200, 30720, `"LLMTokensPerMinute";r=0;t=31`)
 		e.clock.Advance(31 * time.Second)
-		step("check", bucket("LLMTokensPerMinute", "acct-42", 0), true, 466, 0, 0, `"LLMTokensPerMinute";r=466;t=60`)
+		step("check", bucket("LLMTokensPerMinute", "key-42", 0), true, 466, 0, 0, `"LLMTokensPerMinute";r=466;t=60`)
 		// One settle never puts a bucket more than one burst into debt.
-		d = step("settle", settle("LLMTokensPerMinute", "acct-7", 0, 1000000), true, 0, 100000, 0, `"LLMTokensPerMinute";r=0;t=120`)
+		d = step("settle", settle("LLMTokensPerMinute", "key-7", 0, 1000000), true, 0, 100000, 0, `"LLMTokensPerMinute";r=0;t=120`)
 		if d.Capped == nil || !*d.Capped {
 			t.Errorf("capped %v", d.Capped)
 		}
