@@ -31,8 +31,7 @@ type decision struct {
 	Count        int64           `json:"count"`
 	Period       string          `json:"period"`
 	Unit         string          `json:"unit"`
-	// Capped is set on the decisions of a settle only.
-	Capped       *bool           `json:"capped,omitempty"`
+	Capped       *bool           `json:"capped,omitempty"` // settles only
 	Source       limiter.Source  `json:"source"`
 	Shadow       bool            `json:"shadow"`
 	// reason and capped are what Reason and Capped point to, so that the

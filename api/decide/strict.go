@@ -95,9 +95,9 @@ func badRequest(detail string, fields []limiter.FieldError) error {
 
 // walker reads a body known to be one valid JSON value, token by token.
 type walker struct {
-	dec      *json.Decoder
-	form     form
-	reqs     []limiter.Request
+	dec  *json.Decoder
+	form form
+	reqs []limiter.Request
 	// shape collects the 400's fields, invalid the 422's.
 	shape, invalid []limiter.FieldError
 }
