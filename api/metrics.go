@@ -97,7 +97,7 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 			Name: "ratelimitd_decisions_total",
 			Help: "Bucket decisions by operation, limit, result and front end: allowed, near_limit (allowed with at least 80% of the burst used), " +
 				"denied, shadow_denied (denied by a shadow limit, which lets the request through) or degraded (allowed while the store " +
-				"failed). For refunds, allowed means tokens were given back. The front end is http (REST) or grpc (Envoy's ShouldRateLimit).",
+				"failed). For refunds, allowed means tokens were given back; for settles, that the settle was applied (all but blocked buckets). The front end is http (REST) or grpc (Envoy's ShouldRateLimit).",
 		}, []string{"op", "limit", "result", "frontend"})),
 		// The unit is a label here, and not on the decisions, because
 		// tokens of different units must never be summed: a dashboard
