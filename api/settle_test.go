@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +251,34 @@ func TestLimitUnit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentSettles sends settles and spends of one bucket at once:
+// none is lost, on every store, so the debt is exactly what the admitted
+// spends took beyond what the settles charged.
+func TestConcurrentSettles(t *testing.T) {
+	storeEnvs(t, func(t *testing.T, e *env) {
+		// The test's clock stands still: nothing refills.
+		e.limit("Slow", "string", 100, 100, "100s")
+		e.waitLimit("Slow")
+		var (
+			wg       sync.WaitGroup
+			admitted atomic.Int64
+		)
+		for i := range 40 {
+			wg.Go(func() {
+				if i%2 == 0 {
+					e.decided("settle", e.admin, settle("Slow", "b", 1, 6))
+				} else if r, _ := e.decided("spend", e.admin, bucket("Slow", "b", 1)); r.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		// 20 settles charge 100, the whole burst; each admitted spend 1.
+		r, _ := e.decided("check", e.admin, bucket("Slow", "b", 0))
+		if d := r.Decisions[0]; d.Remaining != 0 || d.Debt != admitted.Load() {
+			t.Fatalf("after 20 settles of 5 and %d admitted spends: %+v", admitted.Load(), d)
+		}
+	})
 }
