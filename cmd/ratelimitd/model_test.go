@@ -27,11 +27,13 @@ import (
 // mismatch it shrinks the sequence by replaying it on fresh services and
 // prints the seed and what is left.
 //
-// RATELIMIT_MODEL_SEED replays one seed; RATELIMIT_MODEL_STEPS sets the
-// length of a sequence (default 300); RATELIMIT_MODEL_DURATION keeps
-// running new seeds for that long (make fuzz sets it).
+// Each engine pair runs three sequences of RATELIMIT_MODEL_STEPS
+// operations (default 1000), new seeds each time; RATELIMIT_MODEL_SEED
+// replays one seed instead, and RATELIMIT_MODEL_DURATION keeps running new
+// seeds for that long (make fuzz sets it).
 func TestModel(t *testing.T) {
-	steps := envInt(t, "RATELIMIT_MODEL_STEPS", 300)
+	const runs = 3
+	steps := envInt(t, "RATELIMIT_MODEL_STEPS", 1000)
 	var duration time.Duration
 	if v := os.Getenv("RATELIMIT_MODEL_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -71,7 +73,7 @@ func TestModel(t *testing.T) {
 						seed, seed, steps, len(short)-1, listOps(short), msg)
 				}
 				t.Logf("seed %d: %d operations as the model says", seed, len(ops))
-				if os.Getenv("RATELIMIT_MODEL_SEED") != "" || time.Since(start) >= duration {
+				if os.Getenv("RATELIMIT_MODEL_SEED") != "" || run+1 >= runs && time.Since(start) >= duration {
 					t.Logf("measured: %d sequences of %d operations in %v", run+1, steps, time.Since(start).Round(time.Second))
 					return
 				}
@@ -226,7 +228,13 @@ func listOps(ops []op) string {
 // unfixed lists the known bugs of issue 10 whose operations the generator
 // leaves out while their fixes are not merged. Remove an entry when its
 // fix is in, and the test covers it again.
-var unfixed = map[string]bool{}
+var unfixed = map[string]bool{
+	"enum-reuse":      true, // item 1: a re-created limit takes a deleted one's enum and buckets; no limit deletes
+	"enum-overflow":   true, // item 2: enum 2147483647, then the next is out of range; never asked for
+	"catalogue-squat": true, // item 9: catalogue enums given to other names; never asked for
+	"invalid-utf8":    true, // item 5: ids that are not UTF-8 are folded to U+FFFD; not sent
+	"idn":             true, // item 10: A-labels that do not round-trip are accepted; not sent
+}
 
 // slot is a limit name the test uses, the id formats it may have and the
 // bucket ids it is sent (some of which its formats refuse).
@@ -537,7 +545,6 @@ func importDoc(o *op) (kind, doc string) {
 	return "overrides", b.String()
 }
 
-
 // --- running ---
 
 // bootstrap is the admin token of every service the test starts.
@@ -582,13 +589,18 @@ func execute(t *testing.T, env func(*testing.T) map[string]string, n int, next f
 	})
 	defer func() { _ = svc.stop() }()
 	svc.waitReady(t)
-	d := &driver{t: t, url: svc.url, clock: clock, tokens: map[string]heldToken{}}
+	d := &driver{t: t, url: svc.url, clock: clock, tokens: map[string]heldToken{}, tally: map[int]int{}}
+	defer func() { t.Logf("answers by status: %v", d.tally) }()
 	m := newModel(clock.Now())
 	ops := make([]op, 0, n)
 	for i := range n {
 		ops = append(ops, next(m, i))
 		o := &ops[i]
-		if msg := m.apply(o, d.do(o)); msg != "" {
+		a := d.do(o)
+		if a.status != 0 {
+			d.tally[a.status]++
+		}
+		if msg := m.apply(o, a); msg != "" {
 			return ops, i, msg + serviceErrors(svc.stderr.String())
 		}
 	}
@@ -640,6 +652,7 @@ type driver struct {
 	url    string
 	clock  *modelClock
 	tokens map[string]heldToken
+	tally  map[int]int // answers by status
 }
 
 // call sends a request with the admin token unless secret is given.
