@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -163,6 +164,8 @@ type answer struct {
 	body   []byte
 	// listing is GET /v1/limits read after a defaults import.
 	listing []byte
+	// race holds the answers of the operations of an opRace.
+	race []answer
 }
 
 // mismatchf words a difference between the service and the model.
@@ -784,6 +787,46 @@ func (m *model) apply(o *op, a answer) string {
 	case opClock:
 		m.now += o.step.Microseconds()
 		return ""
+	case opRace:
+		return m.race(o, a)
 	}
 	return mismatchf("unknown operation %v", o.kind)
+}
+
+// race: two operations sent at once must be answered as if one had come
+// after the other, in either order.
+func (m *model) race(o *op, a answer) string {
+	var msgs []string
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		c := m.clone()
+		msg := ""
+		for _, i := range order {
+			if msg = c.apply(&o.race[i], a.race[i]); msg != "" {
+				break
+			}
+		}
+		if msg == "" {
+			*m = *c
+			return ""
+		}
+		msgs = append(msgs, fmt.Sprintf("in the order %v: %s", order, msg))
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// clone copies the model.
+func (m *model) clone() *model {
+	c := *m
+	c.limits = make(map[string]*modelLimit, len(m.limits))
+	for k, v := range m.limits {
+		l := *v
+		c.limits[k] = &l
+	}
+	c.overrides = make(map[overrideKey]*modelOverride, len(m.overrides))
+	for k, v := range m.overrides {
+		o := *v
+		c.overrides[k] = &o
+	}
+	c.tats, c.enums, c.tokens = maps.Clone(m.tats), maps.Clone(m.enums), maps.Clone(m.tokens)
+	return &c
 }
