@@ -63,7 +63,10 @@ func TestModel(t *testing.T) {
 			for run := 0; ; run++ {
 				seed := uint64(time.Now().UnixNano())
 				if v := os.Getenv("RATELIMIT_MODEL_SEED"); v != "" {
-					seed = uint64(envInt(t, "RATELIMIT_MODEL_SEED", 0))
+					var err error
+					if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+						t.Fatalf("RATELIMIT_MODEL_SEED: %v", err)
+					}
 				}
 				g := newGenerator(seed)
 				ops, at, msg, tally := execute(t, pair.env, steps, func(m *model, _ int) op { g.m = m; return g.next() })
@@ -87,11 +90,11 @@ func envInt(t *testing.T, key string, def int) int {
 	if v == "" {
 		return def
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		t.Fatalf("%s: %v", key, err)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s: want a whole number above 0, got %q", key, v)
 	}
-	return int(n)
+	return n
 }
 
 // --- operations ---
