@@ -10,9 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// This file is the reference model of TestModel: what the contract
-// (docs/api.md, the notes) says the service answers, written
-// without the service's code. The model keeps its own limits, overrides,
+// This file is the reference model of TestModel: what the REST contract
+// says the service answers, written from the contract, not from the
+// service's code. The model keeps its own limits, overrides,
 // tokens and bucket TATs, and its own GCRA in integer microseconds.
 
 // modelParams are a limit's or an override's GCRA parameters.
