@@ -145,10 +145,10 @@ type model struct {
 	overrides map[overrideKey]*modelOverride
 	tats      map[bucketKey]int64
 	// enums holds every enum ever given, deleted limits' included.
-	enums   map[int]bool
-	gens    int
-	tokens  map[string]bool // live (true) or revoked (false)
-	secrets int
+	enums map[int]bool
+	// gens counts the limits ever created, for their generations.
+	gens   int
+	tokens map[string]bool // live (true) or revoked (false)
 }
 
 func newModel(now time.Time) *model {
