@@ -237,12 +237,8 @@ func listOps(ops []op) string {
 // leaves out while their fixes are not merged. Remove an entry when its
 // fix is in, and the test covers it again.
 var unfixed = map[string]bool{
-	"enum-reuse":      true, // item 1: a re-created limit takes a deleted one's enum and buckets; no limit deletes
-	"enum-overflow":   true, // item 2: enum 2147483647, then the next is out of range; never asked for
-	"catalogue-squat": true, // item 9: catalogue enums given to other names; never asked for
-	"invalid-utf8":    true, // item 5: ids that are not UTF-8 are folded to U+FFFD; not sent
-	"idn":             true, // item 10: A-labels that do not round-trip are accepted; not sent
-	"format-race":     true, // item 3: an override created while its limit's id format changes; not raced
+	"invalid-utf8": true, // item 5: ids that are not UTF-8 are folded to U+FFFD; not sent
+	"idn":          true, // item 10: A-labels that do not round-trip are accepted; not sent
 }
 
 // slot is a limit name the test uses, the id formats it may have and the
