@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 )
@@ -505,7 +506,14 @@ func (g *generator) importOverrides() op {
 		s := g.slot()
 		e := importEntry{limit: s.name, params: g.params(true), unlimited: g.r.IntN(6) == 0}
 		for range 1 + g.r.IntN(2) {
-			e.ids = append(e.ids, pick(g.r, s.ids))
+			// A file must be UTF-8 to be YAML: ids that are not are sent
+			// in decisions and overrides only.
+			if id := pick(g.r, s.ids); utf8.ValidString(id) {
+				e.ids = append(e.ids, id)
+			}
+		}
+		if len(e.ids) == 0 {
+			e.ids = s.ids[:1]
 		}
 		if !slices.ContainsFunc(o.entries, func(x importEntry) bool { return x.limit == e.limit }) {
 			o.entries = append(o.entries, e)
@@ -688,16 +696,32 @@ func (d *driver) call(method, path, secret, contentType string, body []byte) ans
 	return answer{status: res.StatusCode, body: b}
 }
 
-func (d *driver) json(method, path string, v any) answer {
-	b, err := json.Marshal(v)
-	if err != nil {
-		d.t.Fatal(err)
+// json sends v as a JSON object whose strings reach the service as they
+// are, bytes that are not UTF-8 included (see rawString).
+func (d *driver) json(method, path string, v map[string]any) answer {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range sortedKeys(v) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(rawString(k) + ":")
+		if s, ok := v[k].(string); ok {
+			b.WriteString(rawString(s))
+			continue
+		}
+		j, err := json.Marshal(v[k])
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		b.Write(j)
 	}
+	b.WriteByte('}')
 	ctype := "application/json"
 	if method == http.MethodPatch {
 		ctype = "application/merge-patch+json"
 	}
-	return d.call(method, path, "", ctype, b)
+	return d.call(method, path, "", ctype, b.Bytes())
 }
 
 func paramsJSON(p modelParams, into map[string]any) map[string]any {
