@@ -267,7 +267,10 @@ func (m *model) deleteLimit(o *op, a answer) string {
 // createOverride: POST /v1/overrides.
 func (m *model) createOverride(o *op, a answer) string {
 	l := m.limits[o.limit]
-	if l == nil {
+	switch {
+	case !utf8.ValidString(o.id):
+		return expectStatus(a, 400) // the body is not JSON, whatever it names
+	case l == nil:
 		return expectStatus(a, 404, 422)
 	}
 	id, bad := canonical(l.format, o.id)
