@@ -125,6 +125,7 @@ type modelLimit struct {
 type modelOverride struct {
 	params    modelParams
 	unlimited bool
+	comment   string
 	enabled   bool
 	expires   int64
 }
@@ -270,6 +271,8 @@ func (m *model) createOverride(o *op, a answer) string {
 	switch {
 	case !utf8.ValidString(o.id):
 		return expectStatus(a, 400) // the body is not JSON, whatever it names
+	case strings.ContainsRune(o.comment, 0):
+		return expectStatus(a, 422) // a comment holds no control characters
 	case l == nil:
 		return expectStatus(a, 404, 422)
 	}
@@ -290,7 +293,7 @@ func (m *model) createOverride(o *op, a answer) string {
 	if err := json.Unmarshal(a.body, &got); err != nil || got.BucketID != id {
 		return mismatchf("override stored with bucket_id %q, want %q (%v)", got.BucketID, id, err)
 	}
-	mo := &modelOverride{params: o.params, unlimited: o.unlimited, enabled: !o.disable}
+	mo := &modelOverride{params: o.params, unlimited: o.unlimited, comment: o.comment, enabled: !o.disable}
 	if mo.unlimited {
 		mo.params = modelParams{}
 	}
@@ -478,11 +481,12 @@ func (m *model) importOverrides(o *op, a answer) string {
 			switch {
 			case old == nil:
 				want.Created++
-			case old.params == n.params && old.unlimited == n.unlimited:
+			case old.params == n.params && old.unlimited == n.unlimited && old.comment == "":
 				want.Unchanged++
 				continue
 			default:
-				// An import keeps an override's enabled flag and expiry.
+				// An import keeps an override's enabled flag and expiry;
+				// its comment is the file's, which has none.
 				want.Updated++
 				n.enabled, n.expires = old.enabled, old.expires
 			}
