@@ -403,9 +403,6 @@ func (g *generator) next() op {
 	case n < 64:
 		return g.putLimit()
 	case n < 67:
-		if unfixed["enum-reuse"] {
-			return g.decision(opSpend)
-		}
 		return op{kind: opDeleteLimit, limit: g.slot().name}
 	case n < 73:
 		s := g.slot()
@@ -440,7 +437,7 @@ func (g *generator) next() op {
 		o := g.decision(pick(r, []opKind{opCheck, opSpend}))
 		o.token = "t" + strconv.Itoa(r.IntN(len(g.m.tokens)+1))
 		return o
-	case n < 98 && !unfixed["format-race"]:
+	case n < 98:
 		// An id format change and an override of the limit at once.
 		put := g.putLimit()
 		put.bad, put.enum, put.format = false, 0, pick(r, slotNamed(put.limit).formats)
@@ -469,19 +466,15 @@ func (g *generator) putLimit() op {
 	}
 	o.bad = g.r.IntN(20) == 0
 	if _, catalogued := modelCatalogue[s.name]; !catalogued && g.m.limits[s.name] == nil && g.r.IntN(5) == 0 {
-		choices := []int{50, 77}
-		if !unfixed["catalogue-squat"] {
-			choices = append(choices, 3)
-		}
-		if !unfixed["enum-overflow"] {
-			choices = append(choices, maxEnum)
-		}
+		// Numbers free or not, a catalogue number, the largest, and one
+		// given before (to a limit that may since have been deleted).
+		choices := []int{3, 50, 77, maxEnum}
 		for e := range g.m.enums {
 			if e >= 100 && e < maxEnum {
 				choices = append(choices, e)
-				break
 			}
 		}
+		slices.Sort(choices[4:]) // map order is random; a seed must give one sequence
 		o.enum = pick(g.r, choices)
 	}
 	return o
