@@ -51,10 +51,12 @@ func TestModel(t *testing.T) {
 			return map[string]string{"RATELIMIT_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "model.db")}
 		}},
 		{"postgres+redis", func(t *testing.T) map[string]string {
+			prefix := testenv.RandomName("rlmodel") + ":"
+			dropKeys(t, prefix)
 			return map[string]string{
 				"RATELIMIT_DATABASE_URL": testenv.Postgres(t),
 				"RATELIMIT_REDIS_URL":    testenv.RedisURL(t),
-				"RATELIMIT_REDIS_PREFIX": testenv.RandomName("rlmodel") + ":",
+				"RATELIMIT_REDIS_PREFIX": prefix,
 			}
 		}},
 	}
@@ -84,6 +86,23 @@ func TestModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dropKeys deletes the keys under prefix when the test ends: on the
+// test's clock, a day ahead, Redis would keep them for a day.
+func dropKeys(t *testing.T, prefix string) {
+	c := testenv.Redis(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		if err == nil && len(keys) > 0 {
+			err = c.Del(ctx, keys...).Err()
+		}
+		if err != nil {
+			t.Errorf("deleting the keys under %s: %v", prefix, err)
+		}
+	})
 }
 
 func envInt(t *testing.T, key string, def int) int {
