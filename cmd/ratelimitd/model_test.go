@@ -257,15 +257,6 @@ func listOps(ops []op) string {
 
 // --- generation ---
 
-// unfixed lists the known bugs of issue 10 whose operations the generator
-// leaves out while their fixes are not merged. Remove an entry when its
-// fix is in, and the test covers it again.
-var unfixed = map[string]bool{
-	"invalid-utf8": true, // item 5: ids that are not UTF-8 are folded to U+FFFD; not sent
-	"idn":          true, // item 10: A-labels that do not round-trip are accepted; not sent
-	"nul":          true, // item 4: Postgres answers 500 to a NUL in a comment; not sent
-}
-
 // slot is a limit name the test uses, the id formats it may have and the
 // bucket ids it is sent (some of which its formats refuse).
 type slot struct {
@@ -275,10 +266,10 @@ type slot struct {
 }
 
 var (
-	dnsIDs = unlessUnfixed("idn", []string{"example.com", "Example.COM", "example.com.", "shop.example.com", "SHOP.example.com.",
+	dnsIDs = []string{"example.com", "Example.COM", "example.com.", "shop.example.com", "SHOP.example.com.",
 		"www.example.co.uk", "WWW.Example.co.uk.", "bücher.example", "xn--bcher-kva.example", "XN--BCHER-KVA.EXAMPLE.",
-		"192.0.2.1", "::ffff:192.0.2.1", "2001:db8::1:2", "42"}, "xn--bucher-xyd.example", "xn--zz.example")
-	stringIDs = unlessUnfixed("invalid-utf8", []string{"alice", "Alice", "bob", "example.com", "Example.COM", "a\x00b"}, "user\xff", "user\xfe")
+		"xn--bucher-xyd.example", "xn--zz.example", "192.0.2.1", "::ffff:192.0.2.1", "2001:db8::1:2", "42"}
+	stringIDs = []string{"alice", "Alice", "bob", "example.com", "Example.COM", "a\x00b", "user\xff", "user\xfe"}
 	regIDs    = []string{"42", "0042", "00000042", "7", "007", "18446744073709551615", "18446744073709551616", "0", "example.com"}
 	ipIDs     = []string{"192.0.2.1", "::ffff:192.0.2.1", "2001:db8::1", "2001:DB8:0:0::1", "2001:db8::1:2", "example.com"}
 	slots     = []slot{
@@ -290,19 +281,9 @@ var (
 		{"NewRegistrationsPerIPAddress", []string{"ip_address"}, ipIDs},
 		{"CertificatesPerDomain", []string{"domain_or_cidr"}, dnsIDs},
 	}
+	// comments are those of overrides: mostly none, as imports write them.
+	comments = []string{"", "", "", "customer 42", "a\x00b"}
 )
-
-// comments are those of overrides: mostly none, as imports write them.
-var comments = unlessUnfixed("nul", []string{"", "", "", "customer 42"}, "a\x00b")
-
-// unlessUnfixed returns a pool, with extra added unless the known bug
-// that extra hits is unfixed.
-func unlessUnfixed(bug string, ids []string, extra ...string) []string {
-	if unfixed[bug] {
-		return ids
-	}
-	return append(ids, extra...)
-}
 
 // generator makes operations from a seed, steered by the model of the
 // run, so that most operations name limits and overrides that exist. As
