@@ -50,8 +50,9 @@ microbench:
 soak:
 	scripts/soak.sh
 
-# Each fuzzer for FUZZTIME (default 1m). Findings land in the package's
-# testdata/fuzz, to be committed with their fix.
+# Each fuzzer for FUZZTIME (default 1m), then the model-based test for
+# FUZZTIME per engine pair. Findings land in the package's testdata/fuzz,
+# to be committed with their fix; the model-based test prints its seed.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
 	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
@@ -61,6 +62,7 @@ fuzz:
 		echo "== $$name ($$pkg)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
+	RATELIMIT_MODEL_DURATION=$(FUZZTIME) $(GO) test ./cmd/ratelimitd -run '^TestModel$$' -count=1 -timeout 0 -v
 
 # Regenerates the Go client from openapi.yaml; a test fails while it is stale.
 generate:

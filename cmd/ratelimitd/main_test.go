@@ -43,6 +43,15 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // what run returned.
 func startServe(t *testing.T, env map[string]string) *service {
 	t.Helper()
+	return startServeWith(t, env, func(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+		return run(ctx, []string{"serve"}, getenv, stdout, stderr)
+	})
+}
+
+// startServeWith is startServe with the function that serves, so that a
+// test can serve on a clock of its own.
+func startServeWith(t *testing.T, env map[string]string, serveFn func(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error) *service {
+	t.Helper()
 	env["RATELIMIT_HTTP_ADDR"] = "127.0.0.1:0"
 	if _, ok := env["RATELIMIT_GRPC_ADDR"]; !ok {
 		env["RATELIMIT_GRPC_ADDR"] = "127.0.0.1:0"
@@ -53,7 +62,7 @@ func startServe(t *testing.T, env map[string]string) *service {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &service{stdout: &testenv.LockedBuffer{}, stderr: &testenv.LockedBuffer{}}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, getenv(env), s.stdout, s.stderr) }()
+	go func() { done <- serveFn(ctx, getenv(env), s.stdout, s.stderr) }()
 	var once sync.Once
 	var runErr error
 	s.stop = func() error {

@@ -38,6 +38,13 @@ const tokenRefresh = 500 * time.Millisecond
 // serve runs the service until ctx ends, then shuts down gracefully:
 // in-flight requests finish, background loops stop, pools close.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return serveAt(ctx, time.Now, args, getenv, stdout, stderr)
+}
+
+// serveAt is serve on the clock now, which decisions, override expiry,
+// the loader's snapshots and the in-process store read, so that a test can
+// step time by hand through the whole wiring.
+func serveAt(ctx context.Context, now func() time.Time, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg, rest, err := loadConfig(fs, args, getenv)
@@ -56,11 +63,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer d.Close()
 
-	store, storeName, closeStore := openStore(cfg)
+	store, storeName, closeStore := openStore(cfg, now)
 	defer closeStore()
 
-	lim := limiter.New(limiter.Config{Store: store, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
-	ld := loader.New(loader.Config{Source: d, Target: lim, SyncInterval: cfg.SyncInterval, Logger: log})
+	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
+	ld := loader.New(loader.Config{Source: d, Target: lim, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
 	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, tokenRefresh, log)
 	if cfg.BootstrapToken == "" {
 		if err := firstAdminToken(ctx, d, stdout); err != nil {
@@ -73,7 +80,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		DB: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
 		Registry: reg, OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
-		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log,
+		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
 	})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
 	hs := &http.Server{
@@ -187,10 +194,11 @@ func openDB(ctx context.Context, cfg *config, log *slog.Logger, migrate bool) (*
 }
 
 // openStore returns the Redis store when a URL is configured, else the
-// in-process one, with its name and a function that releases it.
-func openStore(cfg *config) (limiter.Store, string, func()) {
+// in-process one, with its name and a function that releases it. The
+// in-process store sweeps full buckets by now.
+func openStore(cfg *config, now func() time.Time) (limiter.Store, string, func()) {
 	if cfg.Redis == nil {
-		s := memstore.New(memstore.Options{})
+		s := memstore.New(memstore.Options{Now: now})
 		return s, "memory", s.Close
 	}
 	client := redis.NewUniversalClient(cfg.Redis)
