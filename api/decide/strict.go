@@ -28,7 +28,7 @@ func decodeStrict(body []byte, dst []limiter.Request, f form) ([]limiter.Request
 	case len(bytes.TrimSpace(body)) == 0:
 		return dst, nil, badRequest("the body is empty; a JSON object is expected", nil)
 	case !utf8.Valid(body):
-		return dst, nil, badRequest("the body is not valid UTF-8", []limiter.FieldError{{Field: "body", Message: "is not valid UTF-8"}})
+		return dst, nil, badRequest("the body is not valid UTF-8", []limiter.FieldError{{Field: notUTF8(body, f), Message: "is not valid UTF-8"}})
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -51,6 +51,31 @@ func decodeStrict(body []byte, dst []limiter.Request, f form) ([]limiter.Request
 		return dst, nil, badRequest("the body has the wrong shape", w.shape)
 	}
 	return w.reqs, w.invalid, nil
+}
+
+// notUTF8 names the field whose key or string value holds the first byte
+// of body that is not UTF-8; "body" when that byte is elsewhere, or the
+// body is not JSON. encoding/json reads such bytes as U+FFFD, so the body
+// can be walked to find where the byte is.
+func notUTF8(body []byte, f form) string {
+	if !json.Valid(body) {
+		return "body"
+	}
+	bad := 0
+	for bad < len(body) {
+		r, size := utf8.DecodeRune(body[bad:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		bad += size
+	}
+	w := walker{dec: json.NewDecoder(bytes.NewReader(body)), form: f, bad: int64(bad)}
+	w.dec.UseNumber()
+	w.body()
+	if w.badField == "" {
+		return "body"
+	}
+	return w.badField
 }
 
 // loneSurrogate reports whether a valid JSON text escapes half of a UTF-16
@@ -100,6 +125,17 @@ type walker struct {
 	reqs []limiter.Request
 	// shape collects the 400's fields, invalid the 422's.
 	shape, invalid []limiter.FieldError
+	// bad is the offset of a byte that is not UTF-8, and badField the
+	// field whose string holds it, once read.
+	bad      int64
+	badField string
+}
+
+// sawString notes that the string just read belongs to path.
+func (w *walker) sawString(path string) {
+	if w.badField == "" && w.bad > 0 && w.dec.InputOffset() > w.bad {
+		w.badField = path
+	}
 }
 
 // token returns the next token; the body is valid, so there is one.
@@ -144,6 +180,7 @@ func (w *walker) object(path string, member func(key, path string)) {
 		if path != "" {
 			kp = path + "." + key
 		}
+		w.sawString(kp)
 		if seen[key] {
 			w.shape = append(w.shape, limiter.FieldError{Field: kp, Message: "duplicate key"})
 			w.skip(w.token())
@@ -253,6 +290,7 @@ func (w *walker) str(path string) (string, bool) {
 	if !ok {
 		w.wrong(path, t, "a string")
 	}
+	w.sawString(path)
 	return s, ok
 }
 
