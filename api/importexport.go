@@ -77,6 +77,7 @@ func (s *Server) importFile(c echo.Context) error {
 	if len(entries) > 0 {
 		return &importFailure{entries: entries}
 	}
+	s.awaitSnapshot(c)
 	return writeJSON(c, http.StatusOK, toImportResult(counts))
 }
 

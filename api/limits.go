@@ -120,6 +120,7 @@ func (s *Server) putLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	if created {
 		c.Response().Header().Set(echo.HeaderLocation, "/v1/limits/"+l.Name)
 		return writeJSON(c, http.StatusCreated, toLimitResponse(l, 0))
@@ -169,5 +170,6 @@ func (s *Server) deleteLimit(c echo.Context) error {
 	if err := s.cfg.DB.DeleteLimit(c.Request().Context(), principal(c).Name, c.Param("name")); err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	return c.NoContent(http.StatusNoContent)
 }

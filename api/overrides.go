@@ -323,6 +323,7 @@ func (s *Server) createOverride(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/overrides/"+o.ID)
 	return writeOverride(c, http.StatusCreated, o)
 }
@@ -368,7 +369,7 @@ func (s *Server) patchOverride(c echo.Context) error {
 	}
 	p := req.patch(s.now(), fs)
 	id := c.Param("id")
-	o, err := s.cfg.DB.UpdateOverride(c.Request().Context(), principal(c).Name, id, 0, func(o *limiter.Override) error {
+	o, err := s.cfg.DB.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
 		if match != nil && !match(o.Version) {
 			return errorf(limiter.ErrPrecondition, "override %q is at version %d, which If-Match does not name", id, o.Version)
 		}
@@ -377,6 +378,7 @@ func (s *Server) patchOverride(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	return writeOverride(c, http.StatusOK, o)
 }
 
@@ -428,6 +430,7 @@ func (s *Server) deleteOverride(c echo.Context) error {
 	if err := s.cfg.DB.DeleteOverride(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -26,7 +26,6 @@ func (s *Server) routes() {
 	json := requireMedia(mediaJSON)
 	patch := requireMedia(mediaJSON, mediaMergePatch)
 	yaml := requireMedia(mediaYAML, mediaTextYAML, mediaXYAML)
-	synced := s.synced
 
 	// Operations: no token, and nothing that names a bucket.
 	e.GET("/healthz", s.healthz)
@@ -49,26 +48,26 @@ func (s *Server) routes() {
 	v1(http.MethodGet, "/tokens/:id", s.getToken, admin, db)
 	v1(http.MethodDelete, "/tokens/:id", s.revokeToken, admin, db)
 
-	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small, synced)
+	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small)
 	v1(http.MethodGet, "/limits", s.listLimits, anyScope, db)
 	v1(http.MethodGet, "/limits/:name", s.getLimit, anyScope, db)
-	v1(http.MethodDelete, "/limits/:name", s.deleteLimit, admin, db, synced)
+	v1(http.MethodDelete, "/limits/:name", s.deleteLimit, admin, db)
 
-	v1(http.MethodPost, "/overrides", s.createOverride, support, db, json, small, synced)
+	v1(http.MethodPost, "/overrides", s.createOverride, support, db, json, small)
 	v1(http.MethodGet, "/overrides", s.listOverrides, support, db)
 	v1(http.MethodGet, "/overrides/:id", s.getOverride, support, db)
-	v1(http.MethodPatch, "/overrides/:id", s.patchOverride, support, db, patch, small, synced)
-	v1(http.MethodDelete, "/overrides/:id", s.deleteOverride, support, db, synced)
+	v1(http.MethodPatch, "/overrides/:id", s.patchOverride, support, db, patch, small)
+	v1(http.MethodDelete, "/overrides/:id", s.deleteOverride, support, db)
 	v1(http.MethodGet, "/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1(http.MethodPost, "/rules", s.createRule, admin, db, json, small, synced)
+	v1(http.MethodPost, "/rules", s.createRule, admin, db, json, small)
 	v1(http.MethodGet, "/rules", s.listRules, anyScope, db)
 	v1(http.MethodPost, "/rules/match", s.matchRule, anyScope, json, small)
 	v1(http.MethodGet, "/rules/:id", s.getRule, anyScope, db)
-	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch, small, synced)
-	v1(http.MethodDelete, "/rules/:id", s.deleteRule, admin, db, synced)
+	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch, small)
+	v1(http.MethodDelete, "/rules/:id", s.deleteRule, admin, db)
 
-	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody), synced)
+	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody))
 	v1(http.MethodGet, "/export", s.exportFile, admin, within(importTimeout), slowIO)
 }
 
@@ -111,27 +110,20 @@ func slowIO(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// synced makes a write's success answer wait until this process's snapshot
-// holds the write, so that the client's next decision here sees it (read
-// your writes). It runs just before the status goes out, once the handler
-// has committed. Other replicas see the write when their loader reads it.
-func (s *Server) synced(next echo.HandlerFunc) echo.HandlerFunc {
+// awaitSnapshot is called by every write after it committed and before
+// it is answered: it waits until this process's snapshot holds the write, so
+// that the client's next decision here sees it (read your writes). Past
+// syncTimeout the write is answered anyway, and decisions see it when the
+// loader next reads the changes. Other replicas see it when their loader
+// does.
+func (s *Server) awaitSnapshot(c echo.Context) {
 	if s.cfg.Sync == nil {
-		return next
+		return
 	}
-	return func(c echo.Context) error {
-		res := c.Response()
-		res.Before(func() {
-			if res.Status < 200 || res.Status > 299 {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), syncTimeout)
-			defer cancel()
-			if err := s.cfg.Sync(ctx); err != nil {
-				s.log.Warn("the snapshot does not hold a write yet", "err", err,
-					"request_id", res.Header().Get(echo.HeaderXRequestID))
-			}
-		})
-		return next(c)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), syncTimeout)
+	defer cancel()
+	if err := s.cfg.Sync(ctx); err != nil {
+		s.log.Warn("the snapshot does not hold a write yet", "err", err,
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 	}
 }

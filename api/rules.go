@@ -110,6 +110,7 @@ func (s *Server) createRule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/rules/"+r.ID)
 	return writeJSON(c, http.StatusCreated, toRuleResponse(r))
 }
@@ -155,6 +156,7 @@ func (s *Server) patchRule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	return writeJSON(c, http.StatusOK, toRuleResponse(r))
 }
 
@@ -162,6 +164,7 @@ func (s *Server) deleteRule(c echo.Context) error {
 	if err := s.cfg.DB.DeleteRule(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
+	s.awaitSnapshot(c)
 	return c.NoContent(http.StatusNoContent)
 }
 

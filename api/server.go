@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -48,7 +49,7 @@ type Database interface {
 	CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error)
 	GetOverride(ctx context.Context, id string) (limiter.Override, error)
 	ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error)
-	UpdateOverride(ctx context.Context, actor, id string, ifVersion int64, change func(*limiter.Override) error) (limiter.Override, error)
+	UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error)
 	DeleteOverride(ctx context.Context, actor, id string) error
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 
@@ -269,10 +270,17 @@ func jsonEncode(w io.Writer, v any) error {
 }
 
 // writeJSON answers status with v as JSON.
+// It encodes v before the status goes out, so that an encoding error is
+// answered as the 500 it is, never as a half-written success.
 func writeJSON(c echo.Context, status int, v any) error {
+	var buf bytes.Buffer
+	if err := jsonEncode(&buf, v); err != nil {
+		return err
+	}
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	c.Response().WriteHeader(status)
-	return jsonEncode(c.Response(), v)
+	_, err := c.Response().Write(buf.Bytes())
+	return err
 }
 
 // panicError is a recovered panic, logged with its stack as an internal

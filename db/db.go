@@ -202,10 +202,6 @@ func notFoundf(format string, args ...any) error {
 	return &publicError{msg: fmt.Sprintf(format, args...), kind: limiter.ErrNotFound}
 }
 
-func preconditionf(format string, args ...any) error {
-	return &publicError{msg: fmt.Sprintf(format, args...), kind: limiter.ErrPrecondition}
-}
-
 // writeTx is one write transaction: every change and its audit entries.
 type writeTx struct {
 	d     *DB

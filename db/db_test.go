@@ -509,7 +509,7 @@ func TestOverrideCRUD(t *testing.T) {
 		_, err = e.db.GetOverride(ctx, o.ID)
 		wantError(t, err, limiter.ErrNotFound, fmt.Sprintf("override %q not found", o.ID))
 		wantError(t, e.db.DeleteOverride(ctx, "bob", o.ID), limiter.ErrNotFound, "")
-		_, err = e.db.UpdateOverride(ctx, "bob", o.ID, 0, func(*limiter.Override) error { return nil })
+		_, err = e.db.UpdateOverride(ctx, "bob", o.ID, func(*limiter.Override) error { return nil })
 		wantError(t, err, limiter.ErrNotFound, "")
 		// The bucket is free again.
 		e.createOverride(t, overrideOf("L", "123"))
@@ -525,7 +525,7 @@ func TestUpdateOverride(t *testing.T) {
 
 		e.clock.Advance(time.Hour)
 		expires := epoch().Add(48 * time.Hour)
-		got, err := e.db.UpdateOverride(ctx, "carol", o.ID, 1, func(n *limiter.Override) error {
+		got, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
 			n.Burst, n.Comment, n.Enabled, n.ExpiresAt = 7, "raised", false, expires
 			// None of these may change.
 			n.ID, n.Limit, n.BucketID, n.CreatedAt = "X", "Other", "2", epoch().Add(time.Hour)
@@ -545,20 +545,12 @@ func TestUpdateOverride(t *testing.T) {
 			t.Fatalf("read back %+v, want %+v", read, want)
 		}
 
-		// A stale version is refused before change runs.
-		called := false
-		_, err = e.db.UpdateOverride(ctx, "carol", o.ID, 1, func(*limiter.Override) error { called = true; return nil })
-		wantError(t, err, limiter.ErrPrecondition, fmt.Sprintf("override %q is at version 2, not 1", o.ID))
-		if called {
-			t.Error("change ran despite the stale version")
-		}
-
 		// An error from change is returned unchanged and nothing is written.
 		before := e.rowCounts(t)
 		v := e.version(t)
 		ve := &limiter.ValidationError{}
 		ve.Add("burst", "must be at least 0")
-		_, err = e.db.UpdateOverride(ctx, "carol", o.ID, 0, func(n *limiter.Override) error {
+		_, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
 			n.Burst = -1
 			return ve
 		})
@@ -573,7 +565,7 @@ func TestUpdateOverride(t *testing.T) {
 		}
 
 		// Clearing the expiry and making the override unlimited.
-		got, err = e.db.UpdateOverride(ctx, "carol", o.ID, 0, func(n *limiter.Override) error {
+		got, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
 			n.ExpiresAt, n.Unlimited = time.Time{}, true
 			return nil
 		})
@@ -589,7 +581,7 @@ func TestOverrideHistory(t *testing.T) {
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		o := e.createOverride(t, overrideOf("L", "1"))
 		e.clock.Advance(time.Minute)
-		updated, err := e.db.UpdateOverride(ctx, "carol", o.ID, 0, func(n *limiter.Override) error {
+		updated, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
 			n.Count, n.Period = 9, 90*time.Minute
 			return nil
 		})
@@ -807,7 +799,7 @@ func TestImport(t *testing.T) {
 		kept := e.createOverride(t, overrideOf("Existing", "1"))
 		changed := e.createOverride(t, overrideOf("Existing", "2"))
 		// Disabled with an expiry: an import keeps both.
-		changed, err := e.db.UpdateOverride(ctx, "bob", changed.ID, 0, func(o *limiter.Override) error {
+		changed, err := e.db.UpdateOverride(ctx, "bob", changed.ID, func(o *limiter.Override) error {
 			o.Enabled, o.ExpiresAt = false, epoch().Add(time.Hour)
 			return nil
 		})
@@ -1117,7 +1109,7 @@ func TestSince(t *testing.T) {
 
 		o := e.createOverride(t, overrideOf("L", "1"))
 		next("create override", limiter.Changes{Overrides: []limiter.Override{o}})
-		o, err := e.db.UpdateOverride(ctx, "bob", o.ID, 0, func(n *limiter.Override) error { n.Enabled = false; return nil })
+		o, err := e.db.UpdateOverride(ctx, "bob", o.ID, func(n *limiter.Override) error { n.Enabled = false; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1160,7 +1152,7 @@ func TestSinceRecreatedOverride(t *testing.T) {
 		again := overrideOf("L", "5")
 		again.Burst = 3
 		again = e.createOverride(t, again)
-		again, err := e.db.UpdateOverride(ctx, "bob", again.ID, 0, func(n *limiter.Override) error { n.Burst = 4; return nil })
+		again, err := e.db.UpdateOverride(ctx, "bob", again.ID, func(n *limiter.Override) error { n.Burst = 4; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

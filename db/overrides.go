@@ -216,8 +216,8 @@ func escapeLike(s string) string {
 }
 
 // UpdateOverride changes the override with the id in one transaction: it
-// reads the override, checks ifVersion against its Version unless ifVersion
-// is 0, lets change modify a copy, and writes the result with Version+1,
+// reads the override, lets change modify a copy (a caller's If-Match is
+// checked there, against the version read under the lock), and writes the result with Version+1,
 // UpdatedAt and UpdatedBy=actor. An error from change rolls back and is
 // returned unchanged. change cannot move the override to another limit or
 // bucket, nor rewrite its ID or CreatedAt: those are restored.
@@ -225,7 +225,7 @@ func escapeLike(s string) string {
 // Every write transaction holds the write lock (see lockWrites), which is a
 // stronger lock than one on the row: no other change can come between the
 // read and the write.
-func (d *DB) UpdateOverride(ctx context.Context, actor, id string, ifVersion int64, change func(*limiter.Override) error) (limiter.Override, error) {
+func (d *DB) UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error) {
 	var o limiter.Override
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getOverride(ctx, d, w.tx, id)
@@ -234,9 +234,6 @@ func (d *DB) UpdateOverride(ctx context.Context, actor, id string, ifVersion int
 		}
 		if err != nil {
 			return err
-		}
-		if ifVersion != 0 && ifVersion != old.Version {
-			return preconditionf("override %q is at version %d, not %d", id, old.Version, ifVersion)
 		}
 		o = old
 		if err := change(&o); err != nil {
