@@ -42,8 +42,9 @@ var problemNames = map[int]string{
 	http.StatusServiceUnavailable:          "unavailable",
 }
 
-// problemType is the stable identifier of each kind of problem.
-func problemType(status int) string {
+// ProblemType is the stable identifier of the kind of problem a status
+// answers, the same on every route, package decide's included.
+func ProblemType(status int) string {
 	if name, ok := problemNames[status]; ok {
 		return "urn:ratelimitd:problem:" + name
 	}
@@ -115,7 +116,7 @@ func problemFor(err error) Problem {
 	default:
 		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
 	}
-	p.Type, p.Title, p.Errors = problemType(p.Status), http.StatusText(p.Status), field
+	p.Type, p.Title, p.Errors = ProblemType(p.Status), http.StatusText(p.Status), field
 	return p
 }
 

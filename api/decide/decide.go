@@ -397,20 +397,6 @@ type problem struct {
 
 func (p *problem) Error() string { return p.detail }
 
-// problemNames name the kinds of problem these routes answer, as the admin
-// API names them.
-var problemNames = map[int]string{
-	http.StatusBadRequest:            "bad-request",
-	http.StatusUnauthorized:          "unauthorized",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not-found",
-	http.StatusMethodNotAllowed:      "method-not-allowed",
-	http.StatusRequestEntityTooLarge: "payload-too-large",
-	http.StatusUnsupportedMediaType:  "unsupported-media-type",
-	http.StatusUnprocessableEntity:   "validation",
-	http.StatusServiceUnavailable:    "unavailable",
-}
-
 // writeProblem answers err as application/problem+json and returns the
 // status. Anything that is not a client's mistake or an unavailable
 // backend is internal: masked in the answer, logged with its chain under
@@ -433,11 +419,7 @@ func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path, id 
 	default:
 		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
 	}
-	name, ok := problemNames[p.Status]
-	if !ok {
-		name = "internal"
-	}
-	p.Type, p.Title = "urn:ratelimitd:problem:"+name, http.StatusText(p.Status)
+	p.Type, p.Title = api.ProblemType(p.Status), http.StatusText(p.Status)
 	switch {
 	case p.Status == http.StatusServiceUnavailable:
 		// The limiter logs an outage once; each refused request is only
