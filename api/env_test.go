@@ -125,9 +125,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if o.silent {
 		src = silentSource{d}
 	}
-	ld := loader.New(loader.Config{Source: src, Target: lim, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
 	admin, _ := auth.NewSecret()
-	keeper := auth.NewKeeper(d.ListTokens, admin, 100*time.Millisecond, log)
+	keeper := auth.NewKeeper(d.ListTokens, admin, log)
+	ld := loader.New(loader.Config{Source: src, Target: lim, Tokens: keeper.Refresh, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
 	// Read the tokens once before serving, so that /readyz is ready as soon
 	// as the snapshot is.
 	if err := keeper.Refresh(ctx); err != nil {
@@ -135,9 +135,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); _ = ld.Run(ctx) }()
-	go func() { defer wg.Done(); keeper.Run(ctx) }()
 
 	sync := ld.Sync
 	if o.noSync {

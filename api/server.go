@@ -85,8 +85,6 @@ type Decider interface {
 // request; *auth.Keeper is one.
 type Authenticator interface {
 	Authenticate(secret string) (auth.Principal, bool)
-	// Refresh reloads the tokens at once, after this process changed them.
-	Refresh(ctx context.Context) error
 	// Loaded reports whether the tokens have been read once.
 	Loaded() bool
 }

@@ -87,21 +87,11 @@ func (s *Server) createToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.refreshTokens(c)
+	s.awaitSnapshot(c)
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/tokens/"+t.ID)
 	return writeJSON(c, http.StatusCreated, tokenCreatedResponse{
 		ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt.UTC(), Token: secret,
 	})
-}
-
-// refreshTokens makes a change of the tokens take effect in this process
-// at once; other replicas see it at their next refresh. The change is committed whatever happens here: when the refresh
-// fails, the keeper's next periodic refresh brings it, so the request
-// still succeeds.
-func (s *Server) refreshTokens(c echo.Context) {
-	if err := s.cfg.Auth.Refresh(c.Request().Context()); err != nil {
-		s.log.Warn("refreshing tokens after a change", "request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", err)
-	}
 }
 
 func (s *Server) listTokens(c echo.Context) error {
@@ -129,7 +119,7 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if err := s.cfg.DB.RevokeToken(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
-	s.refreshTokens(c)
+	s.awaitSnapshot(c)
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -54,7 +54,7 @@ func TestKeeper(t *testing.T) {
 	tokens := []auth.Token{{ID: "1", Name: "svc", Scope: auth.Decide, Hash: hash}}
 	var fail error
 	list := func(context.Context) ([]auth.Token, error) { return tokens, fail }
-	k := auth.NewKeeper(list, "boot", time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	k := auth.NewKeeper(list, "boot", slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	if _, ok := k.Authenticate(secret); ok || k.Loaded() {
 		t.Fatal("a token works before the first read")

@@ -12,14 +12,14 @@ import (
 // stops answering cannot hold up the refreshes after it.
 const refreshTimeout = 5 * time.Second
 
-// Keeper holds the current Set and refreshes it from the database, so that
+// Keeper holds the current Set and rereads it from the database when the
+// loader says the tokens changed (and on every full load), so that
 // requests are authenticated from memory, keep working from the last good
-// set while the database is down, and see a revocation within one refresh
-// interval.
+// set while the database is down, and see a revocation as fast as a
+// change of a limit.
 type Keeper struct {
 	list      func(context.Context) ([]Token, error)
 	bootstrap string
-	interval  time.Duration
 	log       *slog.Logger
 
 	set    atomic.Pointer[Set]
@@ -30,10 +30,10 @@ type Keeper struct {
 	failed bool
 }
 
-// NewKeeper returns a Keeper that reads tokens with list every interval.
+// NewKeeper returns a Keeper that reads tokens with list on each Refresh.
 // Until the first read, only the bootstrap secret (if any) works.
-func NewKeeper(list func(context.Context) ([]Token, error), bootstrap string, interval time.Duration, log *slog.Logger) *Keeper {
-	k := &Keeper{list: list, bootstrap: bootstrap, interval: interval, log: log}
+func NewKeeper(list func(context.Context) ([]Token, error), bootstrap string, log *slog.Logger) *Keeper {
+	k := &Keeper{list: list, bootstrap: bootstrap, log: log}
 	k.set.Store(NewSet(nil, bootstrap))
 	return k
 }
@@ -64,18 +64,4 @@ func (k *Keeper) Refresh(ctx context.Context) error {
 	k.set.Store(NewSet(tokens, k.bootstrap))
 	k.loaded.Store(true)
 	return nil
-}
-
-// Run refreshes every interval until ctx ends.
-func (k *Keeper) Run(ctx context.Context) {
-	t := time.NewTicker(k.interval)
-	defer t.Stop()
-	for {
-		_ = k.Refresh(ctx) // failures are logged and retried on the next tick
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -65,8 +65,7 @@ func lastSeq(ctx context.Context, d *DB, q queryer) (int64, error) {
 // the deleted one (its id) and the current one, which limiter.Builder.Apply
 // handles by deleting first.
 //
-// Token changes advance the version but are not part of the changes. A
-// version ahead of the database's (one restored from a backup) gives empty
+// Token changes are reported by Changes.Tokens alone. A version ahead of the database's (one restored from a backup) gives empty
 // changes and the lower version; the caller should then load in full.
 func (d *DB) Since(ctx context.Context, version int64) (limiter.Changes, error) {
 	var c limiter.Changes
@@ -74,6 +73,9 @@ func (d *DB) Since(ctx context.Context, version int64) (limiter.Changes, error) 
 		var err error
 		if c.Version, err = lastSeq(ctx, d, tx); err != nil || c.Version <= version {
 			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM audit WHERE seq > $1 AND entity = '`+entityToken+`')`, version).Scan(&c.Tokens); err != nil {
+			return d.fail(ctx, err)
 		}
 		c.Limits, err = collect(ctx, d, tx, scanLimit, `
 			SELECT `+limitColumns+` FROM limits

@@ -1120,10 +1120,15 @@ func TestSince(t *testing.T) {
 		next("delete override", limiter.Changes{DeletedOverrides: []limiter.Override{{ID: o.ID, Limit: "L", BucketID: "1"}}})
 
 		_, hash := auth.NewSecret()
-		if _, err := e.db.CreateToken(ctx, "ops", auth.Token{Name: "t", Scope: auth.Admin, Hash: hash}); err != nil {
+		tok, err := e.db.CreateToken(ctx, "ops", auth.Token{Name: "t", Scope: auth.Admin, Hash: hash})
+		if err != nil {
 			t.Fatal(err)
 		}
-		next("create token", limiter.Changes{})
+		next("create token", limiter.Changes{Tokens: true})
+		if err := e.db.RevokeToken(ctx, "ops", tok.ID); err != nil {
+			t.Fatal(err)
+		}
+		next("revoke token", limiter.Changes{Tokens: true})
 
 		if err := e.db.DeleteLimit(ctx, "alice", "L"); err != nil {
 			t.Fatal(err)

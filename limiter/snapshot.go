@@ -306,6 +306,9 @@ type Changes struct {
 	Rules            []Rule
 	// DeletedRules are ids.
 	DeletedRules []string
+	// Tokens reports that a token was created or revoked. Tokens are no
+	// part of a snapshot; whoever keeps them rereads them.
+	Tokens bool
 }
 
 // Empty reports whether c changes nothing but the version.

@@ -46,6 +46,11 @@ type Config struct {
 	// how long after the database returns the snapshot catches up; 1s when
 	// zero.
 	MaxBackoff time.Duration
+	// Tokens rereads the tokens, which are no part of a snapshot: on
+	// every full load, and whenever the changes say a token changed, so
+	// that a revocation reaches every replica as fast as a limit does.
+	// Nil when nothing keeps tokens.
+	Tokens func(context.Context) error
 	// Now reads the clock; time.Now when nil.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -243,6 +248,9 @@ func (l *Loader) full(ctx context.Context) error {
 	if err := l.putRules(ctx, b); err != nil {
 		return err
 	}
+	if err := l.rereadTokens(ctx, true); err != nil {
+		return err
+	}
 	l.publish(b.Snapshot(version, now), now)
 	select {
 	case <-l.loaded:
@@ -271,6 +279,15 @@ func (l *Loader) putRules(ctx context.Context, b *limiter.Builder) error {
 	return nil
 }
 
+// rereadTokens calls Config.Tokens when changed. A failure fails the load,
+// which is retried: the tokens read last stay in force meanwhile.
+func (l *Loader) rereadTokens(ctx context.Context, changed bool) error {
+	if !changed || l.cfg.Tokens == nil {
+		return nil
+	}
+	return l.cfg.Tokens(ctx)
+}
+
 func (l *Loader) since(ctx context.Context) error {
 	l.mu.Lock()
 	snap := l.snap
@@ -290,6 +307,9 @@ func (l *Loader) since(ctx context.Context) error {
 		// now is no change of this snapshot, so it is read whole.
 		l.cfg.Logger.Warn("the database went back; loading it whole", "from", snap.Version(), "to", ch.Version)
 		return l.full(ctx)
+	}
+	if err := l.rereadTokens(ctx, ch.Tokens); err != nil {
+		return err
 	}
 	if ch.Version > snap.Version() {
 		b := snap.Builder()

@@ -24,6 +24,8 @@ type fakeSource struct {
 	fail      bool
 	notify    chan struct{}
 	fulls     atomic.Int64
+	// rereads counts the loader's calls of Config.Tokens.
+	rereads atomic.Int64
 }
 
 var errDown = errors.New("database down")
@@ -77,6 +79,7 @@ func (s *fakeSource) Since(_ context.Context, version int64) (limiter.Changes, e
 			out.Limits = append(out.Limits, c.Limits...)
 			out.Overrides = append(out.Overrides, c.Overrides...)
 			out.DeletedOverrides = append(out.DeletedOverrides, c.DeletedOverrides...)
+			out.Tokens = out.Tokens || c.Tokens
 		}
 	}
 	return out, nil
@@ -173,6 +176,7 @@ func start(t *testing.T, src *fakeSource, now func() time.Time, interval time.Du
 	t.Helper()
 	tg := &target{}
 	l := loader.New(loader.Config{Source: src, Target: tg, SyncInterval: interval, MaxBackoff: 20 * time.Millisecond, Now: now,
+		Tokens: func(context.Context) error { src.rereads.Add(1); return nil },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -215,6 +219,25 @@ func TestLoadsThenFollowsChanges(t *testing.T) {
 	if st := l.Status(); st.Version != 3 || st.Err != nil {
 		t.Fatalf("status: %+v", st)
 	}
+}
+
+// Tokens are no part of the snapshot, but follow the same change feed: they
+// are reread on a full load and when a change names them, and only then.
+func TestTokensFollowTheChanges(t *testing.T) {
+	src := newSource()
+	src.write(limiter.Changes{Limits: []limiter.Limit{limit}}, false)
+	l, tg := start(t, src, nil, time.Hour)
+	<-l.Loaded()
+	if n := src.rereads.Load(); n != 1 {
+		t.Fatalf("%d rereads of the tokens after the first load, want 1", n)
+	}
+	src.write(limiter.Changes{Overrides: []limiter.Override{over("7", 600)}}, true)
+	eventually(t, "the new override", func() bool { return burstOf(t, tg, "7") == 600 })
+	if n := src.rereads.Load(); n != 1 {
+		t.Fatalf("a change of an override reread the tokens (%d rereads)", n)
+	}
+	src.write(limiter.Changes{Tokens: true}, true)
+	eventually(t, "the tokens reread", func() bool { return src.rereads.Load() == 2 })
 }
 
 func TestFullReloadRepairsALostNotification(t *testing.T) {

@@ -46,7 +46,7 @@ func benchServer(b *testing.B) (http.Handler, string) {
 	}
 	lim.SetSnapshot(builder.Snapshot(1, time.Now()))
 	secret, _ := auth.NewSecret()
-	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, time.Hour, log)
+	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: prometheus.NewRegistry(), Logger: log})
 	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log}).Beside(srv), secret
 }

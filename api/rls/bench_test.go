@@ -60,7 +60,7 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	}
 	lim.SetSnapshot(builder.Snapshot(1, time.Now()))
 	secret, _ := auth.NewSecret()
-	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, time.Hour, log)
+	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: reg, Logger: log})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})

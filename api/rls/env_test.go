@@ -97,9 +97,9 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 		store = ms
 	}
 	lim := limiter.New(limiter.Config{Store: store, FailOpen: o.failOpen, Logger: log})
-	ld := loader.New(loader.Config{Source: d, Target: lim, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
 	admin, _ := auth.NewSecret()
-	keeper := auth.NewKeeper(d.ListTokens, admin, 50*time.Millisecond, log)
+	keeper := auth.NewKeeper(d.ListTokens, admin, log)
+	ld := loader.New(loader.Config{Source: d, Target: lim, Tokens: keeper.Refresh, SyncInterval: time.Hour, MaxBackoff: 50 * time.Millisecond, Logger: log})
 	if err := keeper.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,6 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = ld.Run(ctx) })
-	wg.Go(func() { keeper.Run(ctx) })
 	wg.Go(func() { _ = gs.Serve(ln) })
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -31,10 +31,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
-// tokenRefresh is how often each process rereads the tokens: a revoked
-// token stops working on every replica within a second.
-const tokenRefresh = 500 * time.Millisecond
-
 // serve runs the service until ctx ends, then shuts down gracefully:
 // in-flight requests finish, background loops stop, pools close.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -67,8 +63,8 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	defer closeStore()
 
 	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
-	ld := loader.New(loader.Config{Source: d, Target: lim, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
-	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, tokenRefresh, log)
+	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, log)
+	ld := loader.New(loader.Config{Source: d, Target: lim, Tokens: keeper.Refresh, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
 	if cfg.BootstrapToken == "" {
 		if err := firstAdminToken(ctx, d, stdout); err != nil {
 			return err
@@ -115,9 +111,8 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); _ = ld.Run(background) }()
-	go func() { defer wg.Done(); keeper.Run(background) }()
 	served := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() { served <- s.Serve(listeners[i]) }()
