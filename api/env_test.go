@@ -38,28 +38,10 @@ type env struct {
 	limiter *limiter.Limiter
 	loader  *loader.Loader
 	keeper  *auth.Keeper
-	clock   *clock
+	clock   *testenv.Clock
 	client  *http.Client
 	// admin is the bootstrap token.
 	admin string
-}
-
-// clock is the limiter's clock; tests move it to see buckets refill.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 type envOptions struct {
@@ -119,7 +101,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		t.Cleanup(ms.Close)
 		o.store = ms
 	}
-	c := &clock{now: time.Now().Truncate(time.Millisecond)}
+	c := testenv.NewClock(time.Now().Truncate(time.Millisecond))
 	lim := limiter.New(limiter.Config{Store: o.store, Now: c.Now, FailOpen: o.failOpen, DeniedCacheSize: 1000, Logger: log})
 	var src loader.Source = d
 	if o.silent {

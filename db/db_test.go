@@ -24,24 +24,6 @@ import (
 // The contract suite: every test runs against both engines, each time on
 // a database of its own.
 
-// clock is a settable clock for Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // quiet is the logger of tests: migrations are not news there.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
@@ -50,7 +32,7 @@ type env struct {
 	engine string
 	url    string
 	db     *DB
-	clock  *clock
+	clock  *testenv.Clock
 }
 
 // epoch is the test clock's first reading; its nanoseconds show that
@@ -78,7 +60,7 @@ func openMigrated(t testing.TB, url string, now func() time.Time) *DB {
 }
 
 func newEnv(t testing.TB, engine string) *env {
-	c := &clock{t: epoch()}
+	c := testenv.NewClock(epoch())
 	url := databaseURL(t, engine)
 	return &env{engine: engine, url: url, db: openMigrated(t, url, c.Now), clock: c}
 }

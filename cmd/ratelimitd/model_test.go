@@ -571,34 +571,16 @@ const bootstrap = "model-test-bootstrap-token"
 // shrinkBudget bounds the time spent shortening a failing sequence.
 const shrinkBudget = 3 * time.Minute
 
-// modelClock is the service's clock: it stands still but when the test
-// steps it. It starts a day ahead of the wall clock, so that Redis, which
-// expires keys by its own clock, never drops a bucket the model still
-// holds.
-type modelClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *modelClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *modelClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // execute starts a fresh service on a clock of its own and runs n
 // operations, taken from next, on it and on a fresh model, comparing each
 // answer. It returns the operations and the index of the first mismatch
 // with its description, or -1.
 func execute(t *testing.T, env func(*testing.T) map[string]string, n int, next func(*model, int) op) ([]op, int, string, map[int]int) {
 	t.Helper()
-	clock := &modelClock{t: time.Now().Add(24 * time.Hour).Truncate(time.Second)}
+	// The service's clock stands still but when the test steps it. It
+	// starts a day ahead of the wall clock, so that Redis, which expires
+	// keys by its own clock, never drops a bucket the model still holds.
+	clock := testenv.NewClock(time.Now().Add(24 * time.Hour).Truncate(time.Second))
 	e := env(t)
 	e["RATELIMIT_BOOTSTRAP_TOKEN"] = bootstrap
 	e["RATELIMIT_LOG_LEVEL"] = "warn"
@@ -664,7 +646,7 @@ type heldToken struct{ id, secret string }
 type driver struct {
 	t      *testing.T
 	url    string
-	clock  *modelClock
+	clock  *testenv.Clock
 	tokens map[string]heldToken
 	mu     sync.Mutex
 	tally  map[int]int // answers by status
@@ -822,7 +804,7 @@ func (d *driver) do(o *op) answer {
 	case opReset:
 		return d.call(http.MethodPost, "/v1/buckets/reset", "", "application/json", bucketsJSON(o.buckets, false))
 	case opClock:
-		d.clock.advance(o.step)
+		d.clock.Advance(o.step)
 		return answer{}
 	case opRace:
 		var wg sync.WaitGroup
