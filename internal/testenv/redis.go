@@ -77,7 +77,20 @@ func RedisCluster(t testing.TB) []string {
 // a failure included, so that every test reports the same error quickly.
 var sharedCluster = sync.OnceValues(startCluster)
 
+// startCluster starts the cluster, again on fresh ports when another
+// process (test binaries run in parallel) took one of the free ports before
+// a node could bind it.
 func startCluster() ([]string, error) {
+	for range 2 {
+		addrs, err := clusterOnFreePorts()
+		if err == nil || !strings.Contains(err.Error(), "Address already in use") {
+			return addrs, err
+		}
+	}
+	return clusterOnFreePorts()
+}
+
+func clusterOnFreePorts() ([]string, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, err
