@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,5 +228,41 @@ func TestNonCanonicalInput(t *testing.T) {
 	tok := e.do("POST", "/v1/tokens", e.admin, obj{"name": "Zoë ☃", "scope": "decide"}).expect(t, http.StatusCreated).object(t)
 	if tok["name"] != "Zoë ☃" {
 		t.Errorf("token %v", tok)
+	}
+}
+
+// TestFieldErrorsInBodyOrder: an admin body's field errors come in the
+// order its fields appear, whichever check found each (the reading, the
+// converter or the domain), with the fields it lacks last.
+func TestFieldErrorsInBodyOrder(t *testing.T) {
+	e := newEnv(t)
+	e.limit("PerAccount", "reg_id", 5, 5, "5s")
+	o := e.override(obj{"limit": "PerAccount", "bucket_id": "1", "burst": 1, "count": 1, "period": "1s"})
+	cases := []struct {
+		method, path, body string
+		fields             []string
+	}{
+		{"PUT", "/v1/limits/L", `{"unit": "", "period": "soon", "burst": 0, "id_format": "email"}`,
+			[]string{"unit", "period", "burst", "id_format", "count"}},
+		{"PUT", "/v1/limits/L", `{"id_format": "string", "description": "a\u0000", "count": 0, "enum": 0, "burst": 1, "period": "1s"}`,
+			[]string{"description", "count", "enum"}},
+		{"POST", "/v1/overrides", `{"expires_at": "yesterday", "comment": "\u0000", "burst": -1, "limit": "9x", "count": 1, "period": "1s"}`,
+			[]string{"expires_at", "comment", "burst", "limit", "bucket_id"}},
+		{"PATCH", "/v1/overrides/" + o["id"].(string), `{"period": "x", "comment": "\u0000", "count": 0}`,
+			[]string{"period", "comment", "count"}},
+		{"POST", "/v1/rules", `{"limit": "", "descriptor": [{"key": "k", "value": ""}, {"value": "v"}], "domain": ""}`,
+			[]string{"limit", "descriptor[0].value", "descriptor[1].key", "domain"}},
+		{"POST", "/v1/tokens", `{"scope": "root", "name": ""}`, []string{"scope", "name"}},
+	}
+	for _, c := range cases {
+		res := e.do(c.method, c.path, e.admin, c.body)
+		p := res.expect(t, http.StatusUnprocessableEntity).problem(t)
+		var got []string
+		for _, f := range p.Errors {
+			got = append(got, f.Field)
+		}
+		if !slices.Equal(got, c.fields) {
+			t.Errorf("%s %s %s: fields %q, want %q (%+v)", c.method, c.path, c.body, got, c.fields, p.Errors)
+		}
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -51,6 +51,15 @@ func ProblemType(status int) string {
 	return "urn:ratelimitd:problem:internal"
 }
 
+// problemError is an error that words its own answer, so that the mapper
+// knows none of the handlers' types.
+type problemError interface {
+	error
+	// problem fills in p's status, detail and field errors, and returns
+	// the body to write: p, or a value that extends it.
+	problem(p *Problem) any
+}
+
 // clientError carries a message meant for the client, and a kind that
 // decides the status.
 type clientError struct {
@@ -60,6 +69,11 @@ type clientError struct {
 
 func (e *clientError) Error() string { return e.msg }
 func (e *clientError) Unwrap() error { return e.kind }
+
+func (e *clientError) problem(p *Problem) any {
+	p.Status, p.Detail = statusOf(e.kind), e.msg
+	return p
+}
 
 // errorf returns an error of the given kind whose message is shown to the
 // client as the problem's detail.
@@ -77,29 +91,25 @@ var (
 	errHeadersTooLarge  = errors.New("headers too large")
 )
 
-// problemFor maps an error to its problem: the one place where errors meet
-// HTTP statuses. Messages of client errors and of the domain's not-found,
-// conflict and precondition errors are written for clients; anything else
-// is internal and masked.
-func problemFor(err error) Problem {
+// problemFor maps an error to its problem, and returns the body to write:
+// the one place where errors meet HTTP statuses. Errors that word their own
+// problem, bodies that do not read and invalid values are written for
+// clients; anything else is internal and masked.
+func problemFor(err error, p *Problem) any {
 	var (
-		ve    *limiter.ValidationError
-		se    *shapeError
-		ie    *importFailure
-		ce    *clientError
-		he    *echo.HTTPError
-		p     Problem
-		field []limiter.FieldError
+		pe   problemError
+		ie   *input.Error
+		ve   *limiter.ValidationError
+		he   *echo.HTTPError
+		body any = p
 	)
 	switch {
-	case errors.As(err, &se):
-		p.Status, p.Detail, field = http.StatusBadRequest, "the body has the wrong shape", se.fields
-	case errors.As(err, &ve):
-		p.Status, p.Detail, field = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
+	case errors.As(err, &pe):
+		body = pe.problem(p)
 	case errors.As(err, &ie):
-		p.Status, p.Detail = http.StatusUnprocessableEntity, ie.detail()
-	case errors.As(err, &ce):
-		p.Status, p.Detail = statusOf(ce.kind), ce.msg
+		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
+	case errors.As(err, &ve):
+		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
 	case errors.Is(err, limiter.ErrNotFound), errors.Is(err, limiter.ErrConflict), errors.Is(err, limiter.ErrPrecondition):
 		// The database words these for clients: they name the entities
 		// involved and never hold SQL.
@@ -116,8 +126,8 @@ func problemFor(err error) Problem {
 	default:
 		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
 	}
-	p.Type, p.Title, p.Errors = ProblemType(p.Status), http.StatusText(p.Status), field
-	return p
+	p.Type, p.Title = ProblemType(p.Status), http.StatusText(p.Status)
+	return body
 }
 
 // statusOf returns the status of an error kind, the HTTP layer's and the
@@ -161,8 +171,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		return
 	}
-	p := problemFor(err)
-	p.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
+	p := &Problem{RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
+	body := problemFor(err, p)
 	if p.Status >= 500 {
 		// An unavailable backend fails every request until it returns; the
 		// limiter, the loader and the token keeper log the outage once, so
@@ -186,70 +196,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 			h.Set(echo.HeaderAllow, strings.Replace(allow, http.MethodGet, http.MethodGet+", "+http.MethodHead, 1))
 		}
 	}
-	var body any = p
-	var ie *importFailure
-	if errors.As(err, &ie) {
-		body = ie.problem(p)
-	}
 	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 	c.Response().WriteHeader(p.Status)
 	if err := jsonEncode(c.Response(), body); err != nil {
 		s.log.Warn("writing a problem", "err", err)
 	}
-}
-
-// fieldSet collects the field errors of one request from every check that
-// looks at it: the decoder's validate tags, the converters and the domain.
-// A field keeps its first error only, so that a bound both a tag and the
-// domain check is reported once, and "is required" is not followed by the
-// domain's complaint about the zero value that stood in for the field.
-type fieldSet struct {
-	fields []limiter.FieldError
-	// seen indexes fields by name: a body of many buckets can hold
-	// thousands of errors.
-	seen map[string]struct{}
-}
-
-// add records that field is invalid, unless it already is.
-func (f *fieldSet) add(field, message string) {
-	if f.has(field) {
-		return
-	}
-	if f.seen == nil {
-		f.seen = map[string]struct{}{}
-	}
-	f.seen[field] = struct{}{}
-	f.fields = append(f.fields, limiter.FieldError{Field: field, Message: message})
-}
-
-// merge adds every field error of fields whose field is not invalid yet.
-func (f *fieldSet) merge(fields []limiter.FieldError) {
-	for _, fe := range fields {
-		f.add(fe.Field, fe.Message)
-	}
-}
-
-// has reports whether field is invalid already.
-func (f *fieldSet) has(field string) bool {
-	_, ok := f.seen[field]
-	return ok
-}
-
-// empty reports whether no field is invalid.
-func (f *fieldSet) empty() bool { return len(f.fields) == 0 }
-
-// clone returns an independent copy of f.
-func (f *fieldSet) clone() fieldSet {
-	var c fieldSet
-	c.merge(f.fields)
-	return c
-}
-
-// err returns the collected errors as one *limiter.ValidationError (a
-// 422), or nil when there are none.
-func (f *fieldSet) err() error {
-	if len(f.fields) == 0 {
-		return nil
-	}
-	return &limiter.ValidationError{Fields: slices.Clone(f.fields)}
 }

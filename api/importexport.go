@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
@@ -34,39 +35,36 @@ func (e *importFailure) Error() string {
 	return strconv.Itoa(len(e.entries)) + " invalid entries, the first: " + e.entries[0].Error()
 }
 
-func (e *importFailure) detail() string {
-	if len(e.entries) == 1 {
-		return "1 entry is invalid; nothing was written"
-	}
-	return strconv.Itoa(len(e.entries)) + " entries are invalid; nothing was written"
-}
-
 // importProblem is the body of a refused import: a problem with the
 // counts of an import, all zero, and the bad entries as its errors, which
 // take the place of the problem's field errors.
 type importProblem struct {
-	Problem
+	*Problem
 	Created   int                    `json:"created"`
 	Updated   int                    `json:"updated"`
 	Unchanged int                    `json:"unchanged"`
 	Errors    []limitfile.EntryError `json:"errors"`
 }
 
-func (e *importFailure) problem(p Problem) importProblem {
-	return importProblem{Problem: p, Errors: e.entries}
+func (e *importFailure) problem(p *Problem) any {
+	p.Status, p.Detail = http.StatusUnprocessableEntity, strconv.Itoa(len(e.entries))+" entries are invalid; nothing was written"
+	if len(e.entries) == 1 {
+		p.Detail = "1 entry is invalid; nothing was written"
+	}
+	return &importProblem{Problem: p, Errors: e.entries}
 }
 
 // importFile reads limits or overrides in Boulder's YAML formats, or an
 // envoyproxy/ratelimit configuration, all or nothing.
 func (s *Server) importFile(c echo.Context) error {
-	var fs fieldSet
+	var fs input.Errors
 	q := readQuery(c, &fs, "kind", "dry_run")
 	kind := kindParam(q)
 	dryRun := q.boolean("dry_run")
-	if err := fs.err(); err != nil {
+	if err := fs.Err(); err != nil {
 		return err
 	}
-	data, err := readBody(c.Request(), nil)
+	data, err := readBody(c.Request())
 	if err != nil {
 		return err
 	}
@@ -84,17 +82,17 @@ func (s *Server) importFile(c echo.Context) error {
 // exportFile writes limits or overrides in the formats importFile reads,
 // or the rules of one domain as an Envoy configuration.
 func (s *Server) exportFile(c echo.Context) error {
-	var fs fieldSet
+	var fs input.Errors
 	q := readQuery(c, &fs, "kind", "domain")
 	kind := kindParam(q)
 	domain := q.str("domain")
 	switch {
 	case kind == limitfile.Envoy && domain == "":
-		fs.add("domain", "is required with kind=envoy")
+		fs.Add("domain", "is required with kind=envoy")
 	case kind != limitfile.Envoy && domain != "":
-		fs.add("domain", "is only for kind=envoy")
+		fs.Add("domain", "is only for kind=envoy")
 	}
-	if err := fs.err(); err != nil {
+	if err := fs.Err(); err != nil {
 		return err
 	}
 	var data []byte
@@ -118,7 +116,7 @@ func kindParam(q query) limitfile.Kind {
 	}
 	kind, err := limitfile.ParseKind(v)
 	if err != nil {
-		q.fs.add("kind", `must be "defaults", "overrides" or "envoy"`)
+		q.fs.Add("kind", `must be "defaults", "overrides" or "envoy"`)
 	}
 	return kind
 }

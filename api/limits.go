@@ -2,73 +2,60 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// limitPutRequest is the body of PUT /v1/limits/{name}. A PUT replaces the
-// limit, so a missing description, unit or shadow means "", requests and
-// false.
-type limitPutRequest struct {
-	// Name may repeat the path's name; it is never a rename.
-	Name        *string `json:"name"`
-	Enum        *int    `json:"enum" validate:"omitempty,min=1,max=2147483647"`
-	IDFormat    *string `json:"id_format" validate:"required"`
-	Burst       *int64  `json:"burst" validate:"required,min=1"`
-	Count       *int64  `json:"count" validate:"required,min=1"`
-	Period      *string `json:"period" validate:"required"`
-	Description *string `json:"description"`
-	Unit        *string `json:"unit"`
-	Shadow      *bool   `json:"shadow"`
-}
-
-// limit converts the request for the limit called name (from the path)
-// into a domain limit, adding every field error to fs.
-func (r *limitPutRequest) limit(name string, fs *fieldSet) limiter.Limit {
+// limitFromBody converts the body of PUT /v1/limits/{name}, for the limit
+// called name (from the path), into a domain limit, adding every field
+// error to the body's. A PUT replaces the limit, so a missing description,
+// unit or shadow means "", requests and false.
+func limitFromBody(b *input.Body, name string) limiter.Limit {
+	o := b.Root()
+	o.Require("id_format", "burst", "count", "period")
 	l := limiter.Limit{Name: name}
-	if r.Name != nil && *r.Name != name {
-		fs.add("name", "must be the name in the path, or left out; a limit cannot be renamed")
+	// The name may repeat the path's; it is never a rename.
+	if v, ok := o.String("name"); ok && v != name {
+		b.Errs.Add("name", "must be the name in the path, or left out; a limit cannot be renamed")
 	}
-	if r.Enum != nil {
-		l.Enum = *r.Enum
-	}
-	if r.IDFormat != nil {
-		l.IDFormat = limiter.IDFormat(*r.IDFormat)
-	}
-	if r.Burst != nil {
-		l.Burst = *r.Burst
-	}
-	if r.Count != nil {
-		l.Count = *r.Count
-	}
-	if r.Period != nil {
-		l.Period = parsePeriod(*r.Period, "period", fs)
-	}
-	if r.Description != nil {
-		l.Description = *r.Description
-	}
-	if r.Unit != nil {
-		if *r.Unit == "" {
-			fs.add("unit", "must not be empty; leave it out to count requests")
+	if v, ok := o.Int("enum"); ok {
+		// 0 is the domain's "not chosen yet", which a client leaves out.
+		if v < 1 || v > limiter.MaxEnum {
+			b.Errs.Add("enum", "must be between 1 and "+strconv.Itoa(limiter.MaxEnum))
 		}
-		l.Unit = *r.Unit
+		l.Enum = int(v)
 	}
-	if r.Shadow != nil {
-		l.Shadow = *r.Shadow
+	if v, ok := o.String("id_format"); ok {
+		l.IDFormat = limiter.IDFormat(v)
 	}
-	fs.merge(l.Validate())
+	l.Burst, _ = o.Int("burst")
+	l.Count, _ = o.Int("count")
+	if v, ok := o.String("period"); ok {
+		l.Period = parsePeriod(v, "period", &b.Errs)
+	}
+	l.Description, _ = o.String("description")
+	if v, ok := o.String("unit"); ok {
+		if v == "" {
+			b.Errs.Add("unit", "must not be empty; leave it out to count requests")
+		}
+		l.Unit = v
+	}
+	l.Shadow, _ = o.Bool("shadow")
+	b.Errs.Merge(l.Validate())
 	return l
 }
 
 // parsePeriod parses a Go duration, adding an error for field to fs when
 // it does not parse. Its range is the domain's to check.
-func parsePeriod(s, field string, fs *fieldSet) time.Duration {
+func parsePeriod(s, field string, fs *input.Errors) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		fs.add(field, `must be a Go duration such as "1s", "180m" or "168h"`)
+		fs.Add(field, `must be a Go duration such as "1s", "180m" or "168h"`)
 	}
 	return d
 }
@@ -106,13 +93,12 @@ type limitListResponse struct {
 // putLimit creates (201) or replaces (200) a limit. PUT is idempotent, so
 // a client that lost the answer may simply send it again.
 func (s *Server) putLimit(c echo.Context) error {
-	var req limitPutRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	l := req.limit(c.Param("name"), &fs)
-	if err := fs.err(); err != nil {
+	l := limitFromBody(b, c.Param("name"))
+	if err := b.Err(); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()

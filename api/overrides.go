@@ -12,169 +12,159 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// overrideCreateRequest is the body of POST /v1/overrides.
-type overrideCreateRequest struct {
-	Limit     *string          `json:"limit" validate:"required"`
-	BucketID  *string          `json:"bucket_id" validate:"required"`
-	Burst     *int64           `json:"burst" validate:"omitempty,min=0"`
-	Count     *int64           `json:"count" validate:"omitempty,min=1"`
-	Period    *string          `json:"period"`
-	Unlimited *bool            `json:"unlimited"`
-	Comment   *string          `json:"comment"`
-	Enabled   *bool            `json:"enabled"`
-	ExpiresAt Nullable[string] `json:"expires_at"`
-}
-
-// override converts the request into a domain override, adding the field
-// errors it can see without the limit to fs. The bucket id is canonicalised
-// later, by canonicalise, once the limit is known.
-func (r *overrideCreateRequest) override(now time.Time, fs *fieldSet) limiter.Override {
-	o := limiter.Override{Enabled: true}
-	if r.Limit != nil {
-		o.Limit = *r.Limit
-		checkLimitName(o.Limit, "limit", fs)
+// overrideFromBody converts the body of POST /v1/overrides into a domain
+// override, adding the field errors it can see without the limit to the
+// body's. The bucket id is canonicalised later, under the limit's id
+// format (see db.CreateOverride).
+func overrideFromBody(b *input.Body, now time.Time) limiter.Override {
+	o := b.Root()
+	o.Require("limit", "bucket_id")
+	ov := limiter.Override{Enabled: true}
+	if v, ok := o.String("limit"); ok {
+		ov.Limit = v
+		checkLimitName(v, "limit", &b.Errs)
 	}
-	if r.BucketID != nil {
-		o.BucketID = *r.BucketID
-		if o.BucketID == "" {
+	if v, ok := o.String("bucket_id"); ok {
+		ov.BucketID = v
+		if v == "" {
 			// Without a limit nothing else can be said of the id, but no
 			// id format accepts this.
-			fs.add("bucket_id", "must not be empty")
+			b.Errs.Add("bucket_id", "must not be empty")
 		}
 	}
-	if r.Unlimited != nil {
-		o.Unlimited = *r.Unlimited
+	ov.Unlimited, _ = o.Bool("unlimited")
+	params := readParams(o, &b.Errs)
+	params.require(ov.Unlimited, false, &b.Errs)
+	ov.Params = params.Params
+	if !ov.Unlimited {
+		b.Errs.Merge(ov.Params.Validate(true))
 	}
-	params := paramFields{burst: r.Burst, count: r.Count, period: r.Period}
-	params.require(o.Unlimited, false, fs)
-	o.Params = params.parse(fs)
-	if !o.Unlimited {
-		fs.merge(o.Params.Validate(true))
+	if v, ok := o.String("comment"); ok {
+		ov.Comment = v
+		checkComment(v, &b.Errs)
 	}
-	if r.Comment != nil {
-		o.Comment = *r.Comment
-		checkComment(o.Comment, fs)
+	if v, ok := o.Bool("enabled"); ok {
+		ov.Enabled = v
 	}
-	if r.Enabled != nil {
-		o.Enabled = *r.Enabled
+	if v, ok := readExpiry(o, now, &b.Errs); ok {
+		ov.ExpiresAt = v
 	}
-	if r.ExpiresAt.Set && !r.ExpiresAt.Null {
-		o.ExpiresAt = parseExpiry(r.ExpiresAt.Value, now, fs)
-	}
-	return o
+	return ov
 }
 
-// checkLimitName adds an error for field to fs unless name is a limit name.
-func checkLimitName(name, field string, fs *fieldSet) {
-	switch {
-	case name == "":
-		fs.add(field, "must not be empty")
-	case !limiter.ValidName(name):
-		fs.add(field, "is not a limit name: it must match ^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+// checkLimitName adds an error for field to errs unless name is a limit
+// name, in the domain's words.
+func checkLimitName(name, field string, errs *input.Errors) {
+	if msg := limiter.NameProblem(name); msg != "" {
+		errs.Add(field, msg)
 	}
 }
 
-// paramFields are the GCRA parameters as a request gives them.
-type paramFields struct {
-	burst, count *int64
-	period       *string
+// givenParams are the GCRA parameters a body gives, and which it gives.
+type givenParams struct {
+	limiter.Params
+	burst, count, period bool
 }
 
-// given reports whether any parameter is given.
-func (p paramFields) given() bool { return p.burst != nil || p.count != nil || p.period != nil }
+// readParams reads burst, count and period, those given.
+func readParams(o input.Object, errs *input.Errors) givenParams {
+	var p givenParams
+	p.Burst, p.burst = o.Int("burst")
+	p.Count, p.count = o.Int("count")
+	var period string
+	if period, p.period = o.String("period"); p.period {
+		p.Period = parsePeriod(period, "period", errs)
+	}
+	return p
+}
+
+// any reports whether any parameter is given.
+func (p givenParams) any() bool { return p.burst || p.count || p.period }
 
 // require checks which parameters are given. An unlimited override keeps
 // none, so giving one with it is an error rather than silently dropped; a
 // limited override needs all three, except in a patch of one that was
 // limited before (keep), whose missing parameters keep their values.
-func (p paramFields) require(unlimited, keep bool, fs *fieldSet) {
+func (p givenParams) require(unlimited, keep bool, errs *input.Errors) {
 	fields := []struct {
 		name  string
 		given bool
-	}{{"burst", p.burst != nil}, {"count", p.count != nil}, {"period", p.period != nil}}
+	}{{"burst", p.burst}, {"count", p.count}, {"period", p.period}}
 	for _, f := range fields {
 		switch {
 		case unlimited && f.given:
-			fs.add(f.name, "must be left out when unlimited is true")
+			errs.Add(f.name, "must be left out when unlimited is true")
 		case !unlimited && !f.given && !keep:
-			fs.add(f.name, "is required unless unlimited is true")
+			errs.Add(f.name, "is required unless unlimited is true")
 		}
 	}
 }
 
-// parse converts the parameters given; the others are zero.
-func (p paramFields) parse(fs *fieldSet) limiter.Params {
-	var out limiter.Params
-	if p.burst != nil {
-		out.Burst = *p.burst
-	}
-	if p.count != nil {
-		out.Count = *p.count
-	}
-	if p.period != nil {
-		out.Period = parsePeriod(*p.period, "period", fs)
-	}
-	return out
-}
-
 // checkComment bounds a comment, as the domain does.
-func checkComment(s string, fs *fieldSet) {
+func checkComment(s string, errs *input.Errors) {
 	if msg := limiter.TextProblem(s); msg != "" {
-		fs.add("comment", msg)
+		errs.Add("comment", msg)
 	}
 }
 
-// parseExpiry parses an RFC 3339 time that must be after now.
-func parseExpiry(s string, now time.Time, fs *fieldSet) time.Time {
+// readExpiry reads expires_at, an RFC 3339 time that must be after now, or
+// null for none; ok is false when it is absent or invalid.
+func readExpiry(o input.Object, now time.Time, errs *input.Errors) (t time.Time, ok bool) {
+	if o.Null("expires_at") {
+		return time.Time{}, true
+	}
+	s, ok := o.String("expires_at")
+	if !ok {
+		return time.Time{}, false
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	switch {
 	case err != nil:
-		fs.add("expires_at", `must be an RFC 3339 time such as "2030-01-02T15:04:05Z"`)
+		errs.Add("expires_at", `must be an RFC 3339 time such as "2030-01-02T15:04:05Z"`)
 	case !t.After(now):
-		fs.add("expires_at", "must be in the future")
+		errs.Add("expires_at", "must be in the future")
 	}
-	return t.UTC()
+	return t.UTC(), true
 }
 
-// overridePatchRequest is the body of PATCH /v1/overrides/{id}: any subset
-// of the fields that can change.
-type overridePatchRequest struct {
-	Burst     *int64           `json:"burst" validate:"omitempty,min=0"`
-	Count     *int64           `json:"count" validate:"omitempty,min=1"`
-	Period    *string          `json:"period"`
-	Unlimited *bool            `json:"unlimited"`
-	Comment   *string          `json:"comment"`
-	Enabled   *bool            `json:"enabled"`
-	ExpiresAt Nullable[string] `json:"expires_at"`
-}
-
-// overridePatch is a parsed PATCH: the request, its values converted, and
-// the field errors found without the override.
+// overridePatch is the body of PATCH /v1/overrides/{id}, any subset of the
+// fields that can change, converted, with the field errors found without
+// the override.
 type overridePatch struct {
-	req       *overridePatchRequest
-	given     paramFields
-	params    limiter.Params
+	params    givenParams
+	unlimited *bool
+	comment   *string
+	enabled   *bool
+	// expires is whether expires_at was given; a zero expiresAt clears it.
+	expires   bool
 	expiresAt time.Time
-	errs      fieldSet
+	errs      input.Errors
 }
 
-// patch converts the request, adding to errs what it can check without the
-// override.
-func (r *overridePatchRequest) patch(now time.Time, errs fieldSet) *overridePatch {
-	p := &overridePatch{req: r, given: paramFields{burst: r.Burst, count: r.Count, period: r.Period}, errs: errs}
-	if !p.given.given() && r.Unlimited == nil && r.Comment == nil && r.Enabled == nil && !r.ExpiresAt.Set {
-		p.errs.add("body", "must change at least one field")
+// patchFromBody converts the body of a PATCH, with what it can check
+// without the override.
+func patchFromBody(b *input.Body, now time.Time) *overridePatch {
+	o := b.Root()
+	p := &overridePatch{params: readParams(o, &b.Errs)}
+	if v, ok := o.Bool("unlimited"); ok {
+		p.unlimited = &v
 	}
-	p.params = p.given.parse(&p.errs)
-	if r.Comment != nil {
-		checkComment(*r.Comment, &p.errs)
+	if v, ok := o.String("comment"); ok {
+		p.comment = &v
+		checkComment(v, &b.Errs)
 	}
-	if r.ExpiresAt.Set && !r.ExpiresAt.Null {
-		p.expiresAt = parseExpiry(r.ExpiresAt.Value, now, &p.errs)
+	if v, ok := o.Bool("enabled"); ok {
+		p.enabled = &v
 	}
+	p.expiresAt, p.expires = readExpiry(o, now, &b.Errs)
+	if !p.params.any() && p.unlimited == nil && p.comment == nil && p.enabled == nil && !o.Has("expires_at") {
+		b.Errs.Add("body", "must change at least one field")
+	}
+	p.errs = b.Errs
 	return p
 }
 
@@ -183,38 +173,37 @@ func (r *overridePatchRequest) patch(now time.Time, errs fieldSet) *overridePatc
 // transaction rolls back with one 422.
 func (p *overridePatch) apply(o *limiter.Override) error {
 	// A copy, so that apply leaves the patch as it found it.
-	fs := p.errs.clone()
-	r := p.req
+	errs := p.errs
 	wasLimited := !o.Unlimited
-	if r.Unlimited != nil {
-		o.Unlimited = *r.Unlimited
+	if p.unlimited != nil {
+		o.Unlimited = *p.unlimited
 	}
 	// Ending an unlimited override needs its parameters anew: it kept none.
-	p.given.require(o.Unlimited, wasLimited, &fs)
-	if r.Burst != nil {
+	p.params.require(o.Unlimited, wasLimited, &errs)
+	if p.params.burst {
 		o.Burst = p.params.Burst
 	}
-	if r.Count != nil {
+	if p.params.count {
 		o.Count = p.params.Count
 	}
-	if r.Period != nil {
+	if p.params.period {
 		o.Period = p.params.Period
 	}
 	if o.Unlimited {
 		o.Params = limiter.Params{}
 	} else {
-		fs.merge(o.Params.Validate(true))
+		errs.Merge(o.Params.Validate(true))
 	}
-	if r.Comment != nil {
-		o.Comment = *r.Comment
+	if p.comment != nil {
+		o.Comment = *p.comment
 	}
-	if r.Enabled != nil {
-		o.Enabled = *r.Enabled
+	if p.enabled != nil {
+		o.Enabled = *p.enabled
 	}
-	if r.ExpiresAt.Set {
+	if p.expires {
 		o.ExpiresAt = p.expiresAt
 	}
-	return fs.err()
+	return errs.Err()
 }
 
 // overrideResponse is an override as the API shows it. An unlimited
@@ -300,25 +289,26 @@ func writeOverride(c echo.Context, status int, o limiter.Override) error {
 // id under the write lock (see db.CreateOverride). A duplicate is the unique
 // constraint's 409.
 func (s *Server) createOverride(c echo.Context) error {
-	var req overrideCreateRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	o := req.override(s.now(), &fs)
-	ctx := c.Request().Context()
-	if !fs.empty() {
+	o := overrideFromBody(b, s.now())
+	if err := b.Shape(); err != nil {
+		return err
+	}
+	if !b.Errs.Empty() {
 		// Nothing is written: the limit is read only to report the bucket
 		// id's errors together with the others.
-		if err := s.canonicalise(ctx, &o, &fs); err != nil {
+		if err := s.canonicalise(c.Request().Context(), &o, &b.Errs); err != nil {
 			return err
 		}
-		return fs.err()
+		return b.Errs.Err()
 	}
-	o, err := s.cfg.DB.CreateOverride(ctx, principal(c).Name, o)
+	o, err = s.cfg.DB.CreateOverride(c.Request().Context(), principal(c).Name, o)
 	if errors.Is(err, limiter.ErrNotFound) {
-		fs.add("limit", "unknown limit")
-		return fs.err()
+		b.Errs.Add("limit", "unknown limit")
+		return b.Errs.Err()
 	}
 	if err != nil {
 		return err
@@ -331,19 +321,19 @@ func (s *Server) createOverride(c echo.Context) error {
 // canonicalise reads the limit of o and canonicalises o's bucket id by its
 // id format, adding the field errors to fs. It serves error reports only:
 // the write canonicalises again under the lock.
-func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *fieldSet) error {
-	if fs.has("limit") || o.Limit == "" {
+func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *input.Errors) error {
+	if fs.Has("limit") || o.Limit == "" {
 		return nil
 	}
 	l, err := s.cfg.DB.GetLimit(ctx, o.Limit)
 	if errors.Is(err, limiter.ErrNotFound) {
-		fs.add("limit", "unknown limit")
+		fs.Add("limit", "unknown limit")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fs.merge(o.Normalize(l))
+	fs.Merge(o.Normalize(l))
 	return nil
 }
 
@@ -358,16 +348,18 @@ func (s *Server) getOverride(c echo.Context) error {
 // patchOverride changes an override in one transaction; with If-Match,
 // only the version the client has seen.
 func (s *Server) patchOverride(c echo.Context) error {
-	var req overridePatchRequest
-	var fs fieldSet
-	match, err := parseIfMatch(c.Request().Header.Values("If-Match"))
+	b, err := readObject(c)
 	if err != nil {
-		fs.add("If-Match", err.Error())
-	}
-	if err := s.bind(c, &req, &fs); err != nil {
 		return err
 	}
-	p := req.patch(s.now(), fs)
+	match, err := parseIfMatch(c.Request().Header.Values("If-Match"))
+	if err != nil {
+		b.Errs.Add("If-Match", err.Error())
+	}
+	p := patchFromBody(b, s.now())
+	if err := b.Shape(); err != nil {
+		return err
+	}
 	id := c.Param("id")
 	o, err := s.cfg.DB.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
 		if match != nil && !match(o.Version) {
@@ -451,7 +443,7 @@ const (
 // listOverrides searches overrides. A bucket id is canonicalised first, so
 // that any notation finds the override.
 func (s *Server) listOverrides(c echo.Context) error {
-	var fs fieldSet
+	var fs input.Errors
 	q := readQuery(c, &fs, "limit", "bucket_id", "enabled", "q", "page_size", "page_token")
 	f := limiter.OverrideFilter{
 		Limit:     q.str("limit"),
@@ -463,20 +455,20 @@ func (s *Server) listOverrides(c echo.Context) error {
 	if f.Limit != "" {
 		checkLimitName(f.Limit, "limit", &fs)
 	}
-	if bucket := q.str("bucket_id"); bucket != "" && !fs.has("limit") {
+	if bucket := q.str("bucket_id"); bucket != "" && !fs.Has("limit") {
 		ids, err := s.bucketFilter(c.Request().Context(), f.Limit, bucket, &fs)
 		if err != nil {
 			return err
 		}
 		f.BucketIDs = ids
-	} else if f.Limit != "" && !fs.has("limit") {
+	} else if f.Limit != "" && !fs.Has("limit") {
 		if _, err := s.cfg.DB.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrNotFound) {
-			fs.add("limit", "unknown limit")
+			fs.Add("limit", "unknown limit")
 		} else if err != nil {
 			return err
 		}
 	}
-	if err := fs.err(); err != nil {
+	if err := fs.Err(); err != nil {
 		return err
 	}
 	page, next, err := s.cfg.DB.ListOverrides(c.Request().Context(), f)
@@ -493,12 +485,12 @@ func (s *Server) listOverrides(c echo.Context) error {
 // bucketFilter canonicalises a bucket id by the id format of the limit
 // called name, or, without a name, by every limit's format, and returns the
 // distinct canonical forms. An id that no format accepts is a field error.
-func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *fieldSet) ([]string, error) {
+func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *input.Errors) ([]string, error) {
 	var limits []limiter.Limit
 	if name != "" {
 		l, err := s.cfg.DB.GetLimit(ctx, name)
 		if errors.Is(err, limiter.ErrNotFound) {
-			fs.add("limit", "unknown limit")
+			fs.Add("limit", "unknown limit")
 			return nil, nil
 		}
 		if err != nil {
@@ -531,9 +523,9 @@ func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *fiel
 	switch {
 	case len(ids) > 0:
 	case name != "" && firstErr != nil:
-		fs.add("bucket_id", firstErr.Error())
+		fs.Add("bucket_id", firstErr.Error())
 	default:
-		fs.add("bucket_id", "is not a valid bucket id of any limit")
+		fs.Add("bucket_id", "is not a valid bucket id of any limit")
 	}
 	return ids, nil
 }

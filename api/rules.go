@@ -7,65 +7,49 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // descriptorEntryBody is an entry of a rule's descriptor as the API writes
 // it: no value for an entry that matches any value.
 type descriptorEntryBody struct {
-	Key   *string `json:"key" validate:"required"`
+	Key   string  `json:"key"`
 	Value *string `json:"value,omitempty"`
 }
 
-// ruleCreateRequest is the body of POST /v1/rules.
-type ruleCreateRequest struct {
-	Domain     *string               `json:"domain" validate:"required"`
-	Descriptor []descriptorEntryBody `json:"descriptor" validate:"required"`
-	Limit      *string               `json:"limit" validate:"required"`
+// ruleFromBody converts the body of POST /v1/rules, adding every field
+// error the rule shows on its own to the body's; whether the limit exists
+// and suits the rule is the database's to check.
+func ruleFromBody(b *input.Body) limiter.Rule {
+	o := b.Root()
+	o.Require("domain", "descriptor", "limit")
+	var r limiter.Rule
+	r.Domain, r.Descriptor = readDescriptor(o, &b.Errs)
+	r.Limit, _ = o.String("limit")
+	b.Errs.Merge(r.Validate())
+	return r
 }
 
-// rule converts the request, adding every field error the rule shows on
-// its own to fs; the limit is checked by the database.
-func (r *ruleCreateRequest) rule(fs *fieldSet) limiter.Rule {
-	var out limiter.Rule
-	if r.Domain != nil {
-		out.Domain = *r.Domain
-	}
-	if r.Limit != nil {
-		out.Limit = *r.Limit
-		checkLimitName(out.Limit, "limit", fs)
-	}
-	out.Descriptor = descriptorOf(r.Descriptor, fs)
-	if r.Descriptor != nil || r.Domain != nil {
-		fs.merge(out.Validate())
-	}
-	return out
-}
-
-// descriptorOf converts the entries of a body; an empty value given is an
-// error, as leaving it out is how an entry matches any value.
-func descriptorOf(body []descriptorEntryBody, fs *fieldSet) []limiter.DescriptorEntry {
-	var out []limiter.DescriptorEntry
-	for i, e := range body {
+// readDescriptor reads a domain and its descriptor's entries. An empty
+// value given is an error, as leaving it out is how an entry matches any
+// value.
+func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.DescriptorEntry) {
+	domain, _ := o.String("domain")
+	var entries []limiter.DescriptorEntry
+	o.Objects("descriptor", func(i int, e input.Object) {
+		e.Require("key")
 		var entry limiter.DescriptorEntry
-		if e.Key != nil {
-			entry.Key = *e.Key
-		}
-		if e.Value != nil {
-			entry.Value = *e.Value
-			if entry.Value == "" {
-				fs.add("descriptor["+strconv.Itoa(i)+"].value", "must not be empty; leave it out to match any value")
+		entry.Key, _ = e.String("key")
+		if v, ok := e.String("value"); ok {
+			entry.Value = v
+			if v == "" {
+				errs.Add(input.Join(e.Path(), "value"), "must not be empty; leave it out to match any value")
 			}
 		}
-		out = append(out, entry)
-	}
-	return out
-}
-
-// rulePatchRequest is the body of PATCH /v1/rules/{id}: a rule's pattern
-// is what identifies it, so only its limit changes.
-type rulePatchRequest struct {
-	Limit *string `json:"limit" validate:"required"`
+		entries = append(entries, entry)
+	})
+	return domain, entries
 }
 
 // ruleResponse is a rule as the API shows it.
@@ -82,7 +66,7 @@ func toRuleResponse(r limiter.Rule) ruleResponse {
 	out := ruleResponse{ID: r.ID, Domain: r.Domain, Limit: r.Limit, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		Descriptor: make([]descriptorEntryBody, len(r.Descriptor))}
 	for i, e := range r.Descriptor {
-		out.Descriptor[i].Key = &e.Key
+		out.Descriptor[i].Key = e.Key
 		if e.Value != "" {
 			out.Descriptor[i].Value = &e.Value
 		}
@@ -97,16 +81,15 @@ type ruleListResponse struct {
 // createRule stores a rule; the same domain and pattern twice is the
 // unique constraint's 409, an unknown or unsuitable limit a 422.
 func (s *Server) createRule(c echo.Context) error {
-	var req ruleCreateRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	r := req.rule(&fs)
-	if err := fs.err(); err != nil {
+	r := ruleFromBody(b)
+	if err := b.Err(); err != nil {
 		return err
 	}
-	r, err := s.cfg.DB.CreateRule(c.Request().Context(), principal(c).Name, r)
+	r, err = s.cfg.DB.CreateRule(c.Request().Context(), principal(c).Name, r)
 	if err != nil {
 		return err
 	}
@@ -116,9 +99,9 @@ func (s *Server) createRule(c echo.Context) error {
 }
 
 func (s *Server) listRules(c echo.Context) error {
-	var fs fieldSet
+	var fs input.Errors
 	q := readQuery(c, &fs, "domain")
-	if err := fs.err(); err != nil {
+	if err := fs.Err(); err != nil {
 		return err
 	}
 	rules, err := s.cfg.DB.ListRules(c.Request().Context(), q.str("domain"))
@@ -141,18 +124,21 @@ func (s *Server) getRule(c echo.Context) error {
 }
 
 func (s *Server) patchRule(c echo.Context) error {
-	var req rulePatchRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	// A rule's pattern is what identifies it, so only its limit changes.
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	if req.Limit != nil {
-		checkLimitName(*req.Limit, "limit", &fs)
+	o := b.Root()
+	o.Require("limit")
+	limit, ok := o.String("limit")
+	if ok {
+		checkLimitName(limit, "limit", &b.Errs)
 	}
-	if err := fs.err(); err != nil {
+	if err := b.Err(); err != nil {
 		return err
 	}
-	r, err := s.cfg.DB.SetRuleLimit(c.Request().Context(), principal(c).Name, c.Param("id"), *req.Limit)
+	r, err := s.cfg.DB.SetRuleLimit(c.Request().Context(), principal(c).Name, c.Param("id"), limit)
 	if err != nil {
 		return err
 	}
@@ -168,13 +154,6 @@ func (s *Server) deleteRule(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// ruleMatchRequest is the body of POST /v1/rules/match: a request
-// descriptor as Envoy would send it.
-type ruleMatchRequest struct {
-	Domain     *string               `json:"domain" validate:"required"`
-	Descriptor []descriptorEntryBody `json:"descriptor" validate:"required"`
-}
-
 // ruleMatchResponse says which rule a descriptor matches and the bucket it
 // spends, canonical.
 type ruleMatchResponse struct {
@@ -187,20 +166,16 @@ type ruleMatchResponse struct {
 // descriptor, from the snapshot decisions use, so that people can look up
 // the bucket of a proxy's request: 404 when no rule matches.
 func (s *Server) matchRule(c echo.Context) error {
-	var req ruleMatchRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	// The body is a request descriptor as Envoy would send it.
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	var domain string
-	if req.Domain != nil {
-		domain = *req.Domain
-	}
-	entries := descriptorOf(req.Descriptor, &fs)
-	if req.Domain != nil || req.Descriptor != nil {
-		fs.merge(limiter.ValidateDescriptor(domain, entries))
-	}
-	if err := fs.err(); err != nil {
+	o := b.Root()
+	o.Require("domain", "descriptor")
+	domain, entries := readDescriptor(o, &b.Errs)
+	b.Errs.Merge(limiter.ValidateDescriptor(domain, entries))
+	if err := b.Err(); err != nil {
 		return err
 	}
 	snap := s.cfg.Limiter.Snapshot()
@@ -213,8 +188,8 @@ func (s *Server) matchRule(c echo.Context) error {
 	}
 	res, err := snap.Resolve(rule.Limit, rule.BucketID(entries), s.now())
 	if err != nil {
-		fs.add("descriptor", "its values are no bucket id of limit "+strconv.Quote(rule.Limit)+": "+err.Error())
-		return fs.err()
+		b.Errs.Add("descriptor", "its values are no bucket id of limit "+strconv.Quote(rule.Limit)+": "+err.Error())
+		return b.Errs.Err()
 	}
 	return writeJSON(c, http.StatusOK, ruleMatchResponse{Rule: toRuleResponse(rule), Limit: rule.Limit, BucketID: res.BucketID})
 }

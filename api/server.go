@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -126,12 +125,11 @@ type Config struct {
 
 // Server serves the API. It is an http.Handler.
 type Server struct {
-	cfg      Config
-	echo     *echo.Echo
-	log      *slog.Logger
-	now      func() time.Time
-	validate *validator.Validate
-	metrics  *metrics
+	cfg     Config
+	echo    *echo.Echo
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
 	// started is when the server was built, the age of a snapshot that
 	// has never loaded.
 	started time.Time
@@ -144,7 +142,7 @@ type Server struct {
 
 // New builds the server and registers every route.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, validate: newValidator(), started: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, started: time.Now()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

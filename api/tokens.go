@@ -6,28 +6,27 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/auth"
 )
 
-// tokenCreateRequest is the body of POST /v1/tokens. Fields are pointers
-// so that a missing field ("is required") differs from an empty one.
-type tokenCreateRequest struct {
-	Name  *string `json:"name" validate:"required"`
-	Scope *string `json:"scope" validate:"required,oneof=admin support decide"`
-}
-
-// token converts the request into a token to store, adding its field
-// errors to fs.
-func (r *tokenCreateRequest) token(fs *fieldSet) auth.Token {
+// tokenFromBody converts the body of POST /v1/tokens into a token to
+// store, adding its field errors to the body's.
+func tokenFromBody(b *input.Body) auth.Token {
+	o := b.Root()
+	o.Require("name", "scope")
 	var t auth.Token
-	if r.Name != nil {
-		t.Name = *r.Name
-		if msg := auth.NameProblem(t.Name); msg != "" {
-			fs.add("name", msg)
+	if v, ok := o.String("name"); ok {
+		t.Name = v
+		if msg := auth.NameProblem(v); msg != "" {
+			b.Errs.Add("name", msg)
 		}
 	}
-	if r.Scope != nil {
-		t.Scope = auth.Scope(*r.Scope)
+	if v, ok := o.String("scope"); ok {
+		t.Scope = auth.Scope(v)
+		if !t.Scope.Valid() {
+			b.Errs.Add("scope", "must be one of admin, support, decide")
+		}
 	}
 	return t
 }
@@ -71,19 +70,18 @@ type principalResponse struct {
 
 // createToken stores a new token's hash and answers its secret once.
 func (s *Server) createToken(c echo.Context) error {
-	var req tokenCreateRequest
-	var fs fieldSet
-	if err := s.bind(c, &req, &fs); err != nil {
+	b, err := readObject(c)
+	if err != nil {
 		return err
 	}
-	t := req.token(&fs)
-	if err := fs.err(); err != nil {
+	t := tokenFromBody(b)
+	if err := b.Err(); err != nil {
 		return err
 	}
 	secret, hash := auth.NewSecret()
 	t.Hash = hash
 	ctx := c.Request().Context()
-	t, err := s.cfg.DB.CreateToken(ctx, principal(c).Name, t)
+	t, err = s.cfg.DB.CreateToken(ctx, principal(c).Name, t)
 	if err != nil {
 		return err
 	}
