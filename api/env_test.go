@@ -125,7 +125,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		sync = nil
 	}
 	srv := api.New(api.Config{
-		DB: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
+		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
 		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})

@@ -11,6 +11,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
+// Files is what imports and exports read and write through: package
+// limitfile's stores, of Boulder's formats and of Envoy's.
+type Files interface {
+	limitfile.Store
+	limitfile.EnvoyStore
+}
+
 // importResult is the answer of an import that wrote, or in a dry run
 // would write, everything.
 type importResult struct {
@@ -68,7 +75,7 @@ func (s *Server) importFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	counts, entries, err := limitfile.Import(c.Request().Context(), s.cfg.DB, principal(c).Name, kind, data, dryRun != nil && *dryRun)
+	counts, entries, err := limitfile.Import(c.Request().Context(), s.cfg.Files, principal(c).Name, kind, data, dryRun != nil && *dryRun)
 	if err != nil {
 		return err
 	}
@@ -98,9 +105,9 @@ func (s *Server) exportFile(c echo.Context) error {
 	var data []byte
 	var err error
 	if kind == limitfile.Envoy {
-		data, err = limitfile.ExportEnvoy(c.Request().Context(), s.cfg.DB, domain)
+		data, err = limitfile.ExportEnvoy(c.Request().Context(), s.cfg.Files, domain)
 	} else {
-		data, err = limitfile.Export(c.Request().Context(), s.cfg.DB, kind)
+		data, err = limitfile.Export(c.Request().Context(), s.cfg.Files, kind)
 	}
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,19 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
+
+// Limits is what the limit routes read and write, and the override routes
+// look limits up in.
+type Limits interface {
+	// PutLimit creates or replaces a limit, and reports whether it created.
+	PutLimit(ctx context.Context, actor string, l limiter.Limit) (limiter.Limit, bool, error)
+	GetLimit(ctx context.Context, name string) (limiter.Limit, error)
+	ListLimits(ctx context.Context) ([]limiter.Limit, error)
+	// OverrideCounts returns the number of overrides of each limit that
+	// has any.
+	OverrideCounts(ctx context.Context) (map[string]int, error)
+	DeleteLimit(ctx context.Context, actor, name string) error
+}
 
 // limitFromBody converts the body of PUT /v1/limits/{name}, for the limit
 // called name (from the path), into a domain limit, adding every field
@@ -102,7 +116,7 @@ func (s *Server) putLimit(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	l, created, err := s.cfg.DB.PutLimit(ctx, principal(c).Name, l)
+	l, created, err := s.cfg.Limits.PutLimit(ctx, principal(c).Name, l)
 	if err != nil {
 		return err
 	}
@@ -115,7 +129,7 @@ func (s *Server) putLimit(c echo.Context) error {
 	// off by the overrides created in between, which is what any later
 	// read would show too. Should this read fail, the limit is written
 	// and a retry of the PUT answers 200 with the same result.
-	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	counts, err := s.cfg.Limits.OverrideCounts(ctx)
 	if err != nil {
 		return err
 	}
@@ -124,11 +138,11 @@ func (s *Server) putLimit(c echo.Context) error {
 
 func (s *Server) listLimits(c echo.Context) error {
 	ctx := c.Request().Context()
-	limits, err := s.cfg.DB.ListLimits(ctx)
+	limits, err := s.cfg.Limits.ListLimits(ctx)
 	if err != nil {
 		return err
 	}
-	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	counts, err := s.cfg.Limits.OverrideCounts(ctx)
 	if err != nil {
 		return err
 	}
@@ -141,11 +155,11 @@ func (s *Server) listLimits(c echo.Context) error {
 
 func (s *Server) getLimit(c echo.Context) error {
 	ctx := c.Request().Context()
-	l, err := s.cfg.DB.GetLimit(ctx, c.Param("name"))
+	l, err := s.cfg.Limits.GetLimit(ctx, c.Param("name"))
 	if err != nil {
 		return err
 	}
-	counts, err := s.cfg.DB.OverrideCounts(ctx)
+	counts, err := s.cfg.Limits.OverrideCounts(ctx)
 	if err != nil {
 		return err
 	}
@@ -153,7 +167,7 @@ func (s *Server) getLimit(c echo.Context) error {
 }
 
 func (s *Server) deleteLimit(c echo.Context) error {
-	if err := s.cfg.DB.DeleteLimit(c.Request().Context(), principal(c).Name, c.Param("name")); err != nil {
+	if err := s.cfg.Limits.DeleteLimit(c.Request().Context(), principal(c).Name, c.Param("name")); err != nil {
 		return err
 	}
 	s.awaitSnapshot(c)

@@ -16,6 +16,21 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
+// Overrides is what the override routes read and write.
+type Overrides interface {
+	CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error)
+	GetOverride(ctx context.Context, id string) (limiter.Override, error)
+	// ListOverrides returns a page of the overrides f selects and the
+	// token of the next page, "" after the last.
+	ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error)
+	// UpdateOverride calls change with the override as stored, in the
+	// transaction that writes what change leaves; an error from change
+	// rolls it back.
+	UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error)
+	DeleteOverride(ctx context.Context, actor, id string) error
+	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
+}
+
 // overrideFromBody converts the body of POST /v1/overrides into a domain
 // override, adding the field errors it can see without the limit to the
 // body's. The bucket id is canonicalised later, under the limit's id
@@ -305,7 +320,7 @@ func (s *Server) createOverride(c echo.Context) error {
 		}
 		return b.Errs.Err()
 	}
-	o, err = s.cfg.DB.CreateOverride(c.Request().Context(), principal(c).Name, o)
+	o, err = s.cfg.Overrides.CreateOverride(c.Request().Context(), principal(c).Name, o)
 	if errors.Is(err, limiter.ErrNotFound) {
 		b.Errs.Add("limit", "unknown limit")
 		return b.Errs.Err()
@@ -325,7 +340,7 @@ func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *inpu
 	if fs.Has("limit") || o.Limit == "" {
 		return nil
 	}
-	l, err := s.cfg.DB.GetLimit(ctx, o.Limit)
+	l, err := s.cfg.Limits.GetLimit(ctx, o.Limit)
 	if errors.Is(err, limiter.ErrNotFound) {
 		fs.Add("limit", "unknown limit")
 		return nil
@@ -338,7 +353,7 @@ func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *inpu
 }
 
 func (s *Server) getOverride(c echo.Context) error {
-	o, err := s.cfg.DB.GetOverride(c.Request().Context(), c.Param("id"))
+	o, err := s.cfg.Overrides.GetOverride(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -361,7 +376,7 @@ func (s *Server) patchOverride(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	o, err := s.cfg.DB.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
+	o, err := s.cfg.Overrides.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
 		if match != nil && !match(o.Version) {
 			return errorf(limiter.ErrPrecondition, "override %q is at version %d, which If-Match does not name", id, o.Version)
 		}
@@ -419,7 +434,7 @@ func parseIfMatch(values []string) (func(int64) bool, error) {
 }
 
 func (s *Server) deleteOverride(c echo.Context) error {
-	if err := s.cfg.DB.DeleteOverride(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
+	if err := s.cfg.Overrides.DeleteOverride(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
 	s.awaitSnapshot(c)
@@ -427,7 +442,7 @@ func (s *Server) deleteOverride(c echo.Context) error {
 }
 
 func (s *Server) overrideHistory(c echo.Context) error {
-	entries, err := s.cfg.DB.OverrideHistory(c.Request().Context(), c.Param("id"))
+	entries, err := s.cfg.Overrides.OverrideHistory(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -462,7 +477,7 @@ func (s *Server) listOverrides(c echo.Context) error {
 		}
 		f.BucketIDs = ids
 	} else if f.Limit != "" && !fs.Has("limit") {
-		if _, err := s.cfg.DB.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrNotFound) {
+		if _, err := s.cfg.Limits.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrNotFound) {
 			fs.Add("limit", "unknown limit")
 		} else if err != nil {
 			return err
@@ -471,7 +486,7 @@ func (s *Server) listOverrides(c echo.Context) error {
 	if err := fs.Err(); err != nil {
 		return err
 	}
-	page, next, err := s.cfg.DB.ListOverrides(c.Request().Context(), f)
+	page, next, err := s.cfg.Overrides.ListOverrides(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -488,7 +503,7 @@ func (s *Server) listOverrides(c echo.Context) error {
 func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *input.Errors) ([]string, error) {
 	var limits []limiter.Limit
 	if name != "" {
-		l, err := s.cfg.DB.GetLimit(ctx, name)
+		l, err := s.cfg.Limits.GetLimit(ctx, name)
 		if errors.Is(err, limiter.ErrNotFound) {
 			fs.Add("limit", "unknown limit")
 			return nil, nil
@@ -499,7 +514,7 @@ func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *inpu
 		limits = []limiter.Limit{l}
 	} else {
 		var err error
-		if limits, err = s.cfg.DB.ListLimits(ctx); err != nil {
+		if limits, err = s.cfg.Limits.ListLimits(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
+
+// Rules is what the rule routes read and write.
+type Rules interface {
+	CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error)
+	GetRule(ctx context.Context, id string) (limiter.Rule, error)
+	// ListRules returns the rules of domain, of every domain when it is "".
+	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
+	SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter.Rule, error)
+	DeleteRule(ctx context.Context, actor, id string) error
+}
 
 // descriptorEntryBody is an entry of a rule's descriptor as the API writes
 // it: no value for an entry that matches any value.
@@ -89,7 +100,7 @@ func (s *Server) createRule(c echo.Context) error {
 	if err := b.Err(); err != nil {
 		return err
 	}
-	r, err = s.cfg.DB.CreateRule(c.Request().Context(), principal(c).Name, r)
+	r, err = s.cfg.Rules.CreateRule(c.Request().Context(), principal(c).Name, r)
 	if err != nil {
 		return err
 	}
@@ -104,7 +115,7 @@ func (s *Server) listRules(c echo.Context) error {
 	if err := fs.Err(); err != nil {
 		return err
 	}
-	rules, err := s.cfg.DB.ListRules(c.Request().Context(), q.str("domain"))
+	rules, err := s.cfg.Rules.ListRules(c.Request().Context(), q.str("domain"))
 	if err != nil {
 		return err
 	}
@@ -116,7 +127,7 @@ func (s *Server) listRules(c echo.Context) error {
 }
 
 func (s *Server) getRule(c echo.Context) error {
-	r, err := s.cfg.DB.GetRule(c.Request().Context(), c.Param("id"))
+	r, err := s.cfg.Rules.GetRule(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -138,7 +149,7 @@ func (s *Server) patchRule(c echo.Context) error {
 	if err := b.Err(); err != nil {
 		return err
 	}
-	r, err := s.cfg.DB.SetRuleLimit(c.Request().Context(), principal(c).Name, c.Param("id"), limit)
+	r, err := s.cfg.Rules.SetRuleLimit(c.Request().Context(), principal(c).Name, c.Param("id"), limit)
 	if err != nil {
 		return err
 	}
@@ -147,7 +158,7 @@ func (s *Server) patchRule(c echo.Context) error {
 }
 
 func (s *Server) deleteRule(c echo.Context) error {
-	if err := s.cfg.DB.DeleteRule(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
+	if err := s.cfg.Rules.DeleteRule(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
 	s.awaitSnapshot(c)

@@ -34,42 +34,6 @@ const (
 	maxImportBody = 10 << 20
 )
 
-// Database is the persistence the API needs; *db.DB is one, and its
-// methods document what each does. Errors wrap the limiter package's
-// sentinels (ErrNotFound, ErrConflict, ErrPrecondition, ErrUnavailable) or
-// are a *limiter.ValidationError, which is how they become statuses.
-type Database interface {
-	PutLimit(ctx context.Context, actor string, l limiter.Limit) (limiter.Limit, bool, error)
-	GetLimit(ctx context.Context, name string) (limiter.Limit, error)
-	ListLimits(ctx context.Context) ([]limiter.Limit, error)
-	OverrideCounts(ctx context.Context) (map[string]int, error)
-	DeleteLimit(ctx context.Context, actor, name string) error
-
-	CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error)
-	GetOverride(ctx context.Context, id string) (limiter.Override, error)
-	ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error)
-	UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error)
-	DeleteOverride(ctx context.Context, actor, id string) error
-	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
-
-	CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error)
-	GetRule(ctx context.Context, id string) (limiter.Rule, error)
-	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
-	SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter.Rule, error)
-	DeleteRule(ctx context.Context, actor, id string) error
-
-	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
-	GetToken(ctx context.Context, id string) (auth.Token, error)
-	ListTokens(ctx context.Context) ([]auth.Token, error)
-	RevokeToken(ctx context.Context, actor, id string) error
-
-	// Import and Full, with ListLimits and OverrideCounts, are what
-	// limitfile reads and writes through.
-	Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
-	ImportRules(ctx context.Context, actor string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
-	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
-}
-
 // Decider is what the admin API needs of the engine that answers
 // decisions (package decide serves those): its health and its counters;
 // *limiter.Limiter is one.
@@ -90,8 +54,15 @@ type Authenticator interface {
 
 // Config wires a Server.
 type Config struct {
-	// DB holds limits, overrides, their history and tokens.
-	DB Database
+	// The stores of each kind of resource; *db.DB is each of them. Their
+	// errors wrap the limiter package's sentinels (ErrNotFound,
+	// ErrConflict, ErrPrecondition, ErrUnavailable) or are a
+	// *limiter.ValidationError, which is how they become statuses.
+	Limits    Limits
+	Overrides Overrides
+	Rules     Rules
+	Tokens    Tokens
+	Files     Files
 	// Limiter answers decisions from its snapshot and store; /readyz and
 	// /metrics report on it.
 	Limiter Decider

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -9,6 +10,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/auth"
 )
+
+// Tokens is what the token routes read and write. Requests are
+// authenticated by an Authenticator, which never asks the database.
+type Tokens interface {
+	CreateToken(ctx context.Context, actor string, t auth.Token) (auth.Token, error)
+	GetToken(ctx context.Context, id string) (auth.Token, error)
+	ListTokens(ctx context.Context) ([]auth.Token, error)
+	RevokeToken(ctx context.Context, actor, id string) error
+}
 
 // tokenFromBody converts the body of POST /v1/tokens into a token to
 // store, adding its field errors to the body's.
@@ -81,7 +91,7 @@ func (s *Server) createToken(c echo.Context) error {
 	secret, hash := auth.NewSecret()
 	t.Hash = hash
 	ctx := c.Request().Context()
-	t, err = s.cfg.DB.CreateToken(ctx, principal(c).Name, t)
+	t, err = s.cfg.Tokens.CreateToken(ctx, principal(c).Name, t)
 	if err != nil {
 		return err
 	}
@@ -93,7 +103,7 @@ func (s *Server) createToken(c echo.Context) error {
 }
 
 func (s *Server) listTokens(c echo.Context) error {
-	tokens, err := s.cfg.DB.ListTokens(c.Request().Context())
+	tokens, err := s.cfg.Tokens.ListTokens(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -106,7 +116,7 @@ func (s *Server) listTokens(c echo.Context) error {
 
 // getToken answers a token as listed, where a creation's Location points.
 func (s *Server) getToken(c echo.Context) error {
-	t, err := s.cfg.DB.GetToken(c.Request().Context(), c.Param("id"))
+	t, err := s.cfg.Tokens.GetToken(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -114,7 +124,7 @@ func (s *Server) getToken(c echo.Context) error {
 }
 
 func (s *Server) revokeToken(c echo.Context) error {
-	if err := s.cfg.DB.RevokeToken(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
+	if err := s.cfg.Tokens.RevokeToken(c.Request().Context(), principal(c).Name, c.Param("id")); err != nil {
 		return err
 	}
 	s.awaitSnapshot(c)

@@ -104,7 +104,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv := api.New(api.Config{DB: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status, Registry: reg,
+	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status, Registry: reg,
 		OpenAPI: ratelimitd.OpenAPI(), Logger: log})
 	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
 	if o.noAuth {

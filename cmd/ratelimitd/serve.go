@@ -73,7 +73,7 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.Config{
-		DB: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
+		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
 		Registry: reg, OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
