@@ -266,3 +266,43 @@ func TestFieldErrorsInBodyOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreErrorsWorded: the database's errors reach clients in the API's
+// words, naming what the route names, never in the database's own text.
+func TestStoreErrorsWorded(t *testing.T) {
+	e := newEnv(t)
+	e.limit("PerAccount", "reg_id", 5, 5, "5s")
+	e.override(obj{"limit": "PerAccount", "bucket_id": "1", "unlimited": true})
+	e.do("PUT", "/v1/limits/Gone", e.admin, obj{"enum": 4242, "id_format": "string", "burst": 1, "count": 1, "period": "1s"}).expect(t, http.StatusCreated)
+	e.do("DELETE", "/v1/limits/Gone", e.admin, nil).expect(t, http.StatusNoContent)
+	e.do("POST", "/v1/tokens", e.admin, obj{"name": "twice", "scope": "decide"}).expect(t, http.StatusCreated)
+	cases := []struct {
+		method, path string
+		body         any
+		status       int
+		detail       string
+		field        string
+	}{
+		{"GET", "/v1/limits/Nope", nil, 404, `limit "Nope" not found`, ""},
+		{"DELETE", "/v1/overrides/01ARZ3NDEKTSV4RRFFQ69G5FAV", nil, 404, `override "01ARZ3NDEKTSV4RRFFQ69G5FAV" not found`, ""},
+		{"DELETE", "/v1/tokens/nope", nil, 404, `token "nope" not found or already revoked`, ""},
+		{"DELETE", "/v1/limits/PerAccount", nil, 409, "the limit still has overrides: delete them first", ""},
+		{"PUT", "/v1/limits/PerAccount", obj{"id_format": "string", "burst": 5, "count": 5, "period": "5s"}, 409,
+			"the limit has overrides: its id_format cannot change while they exist", ""},
+		{"POST", "/v1/overrides", obj{"limit": "PerAccount", "bucket_id": "01", "unlimited": true}, 409,
+			"an override of the limit for the bucket already exists", ""},
+		{"POST", "/v1/tokens", obj{"name": "twice", "scope": "decide"}, 409, "a live token has the name; revoke it or choose another name", ""},
+		{"PUT", "/v1/limits/Again", obj{"enum": 4242, "id_format": "string", "burst": 1, "count": 1, "period": "1s"}, 422, "", "enum"},
+		{"POST", "/v1/rules", obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "Nope"}, 422, "", "limit"},
+		{"GET", "/v1/overrides?page_token=AAAA", nil, 422, "", "page_token"},
+	}
+	for _, c := range cases {
+		p := e.do(c.method, c.path, e.admin, c.body).expect(t, c.status).problem(t)
+		if c.detail != "" && p.Detail != c.detail {
+			t.Errorf("%s %s: detail %q, want %q", c.method, c.path, p.Detail, c.detail)
+		}
+		if c.field != "" {
+			wantFields(t, p, c.field)
+		}
+	}
+}

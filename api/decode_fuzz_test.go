@@ -91,6 +91,6 @@ func FuzzAdminDecoder(f *testing.F) {
 // problemOf maps err as handleError does.
 func problemOf(err error) *Problem {
 	p := &Problem{}
-	problemFor(err, p)
+	problemFor(err, "", p)
 	return p
 }

@@ -94,8 +94,9 @@ var (
 // problemFor maps an error to its problem, and returns the body to write:
 // the one place where errors meet HTTP statuses. Errors that word their own
 // problem, bodies that do not read and invalid values are written for
-// clients; anything else is internal and masked.
-func problemFor(err error, p *Problem) any {
+// clients, and the database's errors are worded here, naming subject, the
+// resource the route names; anything else is internal and masked.
+func problemFor(err error, subject string, p *Problem) any {
 	var (
 		pe   problemError
 		ie   *input.Error
@@ -110,10 +111,12 @@ func problemFor(err error, p *Problem) any {
 		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
 	case errors.As(err, &ve):
 		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
-	case errors.Is(err, limiter.ErrNotFound), errors.Is(err, limiter.ErrConflict), errors.Is(err, limiter.ErrPrecondition):
-		// The database words these for clients: they name the entities
-		// involved and never hold SQL.
-		p.Status, p.Detail = statusOf(err), err.Error()
+	case wordStoreError(err, subject, p):
+	case statusOf(err) < 500:
+		// A kind no words above cover: its text may be the database's, for
+		// the log only.
+		p.Status = statusOf(err)
+		p.Detail = strings.ToLower(http.StatusText(p.Status))
 	case errors.Is(err, limiter.ErrUnavailable):
 		// The chain may hold driver text: say only what is unavailable.
 		p.Status, p.Detail = http.StatusServiceUnavailable, "a backend this request needs is unavailable; retry later"
@@ -152,10 +155,61 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, limiter.ErrPrecondition):
 		return http.StatusPreconditionFailed
+	case errors.Is(err, limiter.ErrInvalid):
+		return http.StatusUnprocessableEntity
 	case errors.Is(err, limiter.ErrUnavailable):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
+}
+
+// storeWords are what clients read of the database's particular errors,
+// whose own text is for the log. The words of a resource not found name
+// the route's subject.
+var storeWords = []struct {
+	err error
+	// field is the field a 422 names.
+	field, words string
+}{
+	{limiter.ErrLimitNotFound, "", "limit %q not found"},
+	{limiter.ErrOverrideNotFound, "", "override %q not found"},
+	{limiter.ErrRuleNotFound, "", "rule %q not found"},
+	{limiter.ErrTokenNotFound, "", "token %q not found or already revoked"},
+	{limiter.ErrLimitExists, "", "the limit was created by another request meanwhile; send the request again"},
+	{limiter.ErrOverrideExists, "", "an override of the limit for the bucket already exists"},
+	{limiter.ErrRuleExists, "", "the domain already has a rule for the descriptor"},
+	{limiter.ErrTokenExists, "", "a live token has the name; revoke it or choose another name"},
+	{limiter.ErrEnumTaken, "", "the enum is taken by another limit"},
+	{limiter.ErrEnumFixed, "", "the limit has another enum: an enum cannot change"},
+	{limiter.ErrIDFormatFixed, "", "the limit has overrides: its id_format cannot change while they exist"},
+	{limiter.ErrIDRefused, "", "a limit's id_format changed meanwhile and refuses an override's bucket id; send the request again"},
+	{limiter.ErrHasOverrides, "", "the limit still has overrides: delete them first"},
+	{limiter.ErrHasRules, "", "rules use the limit: delete them or point them at another limit first"},
+	{limiter.ErrUnknownLimit, "limit", "unknown limit"},
+	{limiter.ErrEnumRetired, "enum", "was the enum of a deleted limit; an enum is never given twice, so that no limit finds the buckets of another"},
+	{limiter.ErrNoEnumLeft, "enum", "no enum is left: every number was given"},
+	{limiter.ErrPageToken, "page_token", "is not a token from an earlier page"},
+}
+
+// wordStoreError fills in p for one of the database's particular errors,
+// and reports whether err is one.
+func wordStoreError(err error, subject string, p *Problem) bool {
+	for _, w := range storeWords {
+		if !errors.Is(err, w.err) {
+			continue
+		}
+		if w.field != "" {
+			p.Status, p.Detail = http.StatusUnprocessableEntity, "the request has invalid values"
+			p.Errors = []limiter.FieldError{{Field: w.field, Message: w.words}}
+			return true
+		}
+		p.Status, p.Detail = statusOf(err), w.words
+		if strings.Contains(w.words, "%q") {
+			p.Detail = fmt.Sprintf(w.words, subject)
+		}
+		return true
+	}
+	return false
 }
 
 // handleError renders every error returned by a handler or middleware.
@@ -172,7 +226,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	p := &Problem{RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
-	body := problemFor(err, p)
+	var subject string
+	if values := c.ParamValues(); len(values) > 0 {
+		subject = values[0]
+	}
+	body := problemFor(err, subject, p)
 	if p.Status >= 500 {
 		// An unavailable backend fails every request until it returns; the
 		// limiter, the loader and the token keeper log the outage once, so

@@ -321,10 +321,6 @@ func (s *Server) createOverride(c echo.Context) error {
 		return b.Errs.Err()
 	}
 	o, err = s.cfg.Overrides.CreateOverride(c.Request().Context(), principal(c).Name, o)
-	if errors.Is(err, limiter.ErrNotFound) {
-		b.Errs.Add("limit", "unknown limit")
-		return b.Errs.Err()
-	}
 	if err != nil {
 		return err
 	}
@@ -341,7 +337,7 @@ func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *inpu
 		return nil
 	}
 	l, err := s.cfg.Limits.GetLimit(ctx, o.Limit)
-	if errors.Is(err, limiter.ErrNotFound) {
+	if errors.Is(err, limiter.ErrLimitNotFound) {
 		fs.Add("limit", "unknown limit")
 		return nil
 	}
@@ -477,7 +473,7 @@ func (s *Server) listOverrides(c echo.Context) error {
 		}
 		f.BucketIDs = ids
 	} else if f.Limit != "" && !fs.Has("limit") {
-		if _, err := s.cfg.Limits.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrNotFound) {
+		if _, err := s.cfg.Limits.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrLimitNotFound) {
 			fs.Add("limit", "unknown limit")
 		} else if err != nil {
 			return err
@@ -504,7 +500,7 @@ func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *inpu
 	var limits []limiter.Limit
 	if name != "" {
 		l, err := s.cfg.Limits.GetLimit(ctx, name)
-		if errors.Is(err, limiter.ErrNotFound) {
+		if errors.Is(err, limiter.ErrLimitNotFound) {
 			fs.Add("limit", "unknown limit")
 			return nil, nil
 		}

@@ -184,24 +184,6 @@ func violated(err error) string {
 	return ""
 }
 
-// publicError is an error whose message API clients see: it names the
-// entities involved and never holds SQL or driver text.
-type publicError struct {
-	msg  string
-	kind error
-}
-
-func (e *publicError) Error() string { return e.msg }
-func (e *publicError) Unwrap() error { return e.kind }
-
-func conflictf(format string, args ...any) error {
-	return &publicError{msg: fmt.Sprintf(format, args...), kind: limiter.ErrConflict}
-}
-
-func notFoundf(format string, args ...any) error {
-	return &publicError{msg: fmt.Sprintf(format, args...), kind: limiter.ErrNotFound}
-}
-
 // writeTx is one write transaction: every change and its audit entries.
 type writeTx struct {
 	d     *DB

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -21,8 +22,8 @@ import (
 // unlimited and comment given and keeps its enabled and expires_at; a new
 // one is created enabled and without expiry. Entries that would not change
 // are counted Unchanged and not written. An override of a limit that
-// exists neither before nor in limits is not found; two overrides of one
-// bucket are a conflict.
+// exists neither before nor in limits is limiter.ErrUnknownLimit; two
+// overrides of one bucket are limiter.ErrOverrideExists.
 func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
 	return d.ImportRules(ctx, actor, limits, nil, overrides, dryRun)
 }
@@ -87,7 +88,7 @@ func (w *writeTx) importOverrides(ctx context.Context, in []limiter.Override, co
 	for _, o := range in {
 		k := bucketKey{o.Limit, o.BucketID}
 		if seen[k] {
-			return conflictf("the import holds two overrides of limit %q for bucket %q", o.Limit, o.BucketID)
+			return fmt.Errorf("the import holds two overrides of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrOverrideExists)
 		}
 		seen[k] = true
 		old, ok := existing[k]
@@ -130,7 +131,8 @@ func (w *writeTx) importOverrides(ctx context.Context, in []limiter.Override, co
 // formats, reading the limits under the write lock, so that a concurrent
 // change of a format cannot leave an override written in the old one. It
 // returns the canonicalised copy and the stored overrides of those limits.
-// An unknown limit is not found; an id the format now refuses, a conflict.
+// An unknown limit is limiter.ErrUnknownLimit; an id the format now
+// refuses, limiter.ErrIDRefused.
 func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) ([]limiter.Override, map[bucketKey]limiter.Override, error) {
 	out := make([]limiter.Override, len(in))
 	existing := map[bucketKey]limiter.Override{}
@@ -140,7 +142,7 @@ func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) 
 		if !read {
 			l, err := getLimit(ctx, w.d, w.tx, o.Limit)
 			if errors.Is(err, sql.ErrNoRows) {
-				return nil, nil, notFoundf("override of limit %q for bucket %q: limit %q not found", o.Limit, o.BucketID, o.Limit)
+				return nil, nil, fmt.Errorf("override of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrUnknownLimit)
 			}
 			if err != nil {
 				return nil, nil, err
@@ -161,7 +163,7 @@ func (w *writeTx) overridesOfLimits(ctx context.Context, in []limiter.Override) 
 		}
 		id, err := format.CanonicalOverride(o.BucketID)
 		if err != nil {
-			return nil, nil, conflictf("override of limit %q for bucket %q: the limit's id_format is now %s, which refuses the id; import again", o.Limit, o.BucketID, format)
+			return nil, nil, fmt.Errorf("override of limit %q for bucket %q, id format %s: %w", o.Limit, o.BucketID, format, limiter.ErrIDRefused)
 		}
 		o.BucketID = id
 		out[i] = o

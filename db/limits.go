@@ -57,11 +57,11 @@ func getLimit(ctx context.Context, d *DB, q queryer, name string) (limiter.Limit
 }
 
 // GetLimit returns the limit called name, or an error wrapping
-// limiter.ErrNotFound.
+// limiter.ErrLimitNotFound.
 func (d *DB) GetLimit(ctx context.Context, name string) (limiter.Limit, error) {
 	l, err := getLimit(ctx, d, d.reader, name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return limiter.Limit{}, notFoundf("limit %q not found", name)
+		return limiter.Limit{}, fmt.Errorf("limit %q: %w", name, limiter.ErrLimitNotFound)
 	}
 	return l, err
 }
@@ -134,7 +134,7 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 		return limiter.Limit{}, unchanged, err
 	}
 	if l.Enum != 0 && l.Enum != old.Enum {
-		return limiter.Limit{}, unchanged, conflictf("limit %q has enum %d: an enum cannot change", l.Name, old.Enum)
+		return limiter.Limit{}, unchanged, fmt.Errorf("limit %q has enum %d: %w", l.Name, old.Enum, limiter.ErrEnumFixed)
 	}
 	l.Enum, l.Generation, l.CreatedAt, l.UpdatedAt = old.Enum, old.Generation, old.CreatedAt, old.UpdatedAt
 	if l == old {
@@ -147,7 +147,7 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 			return limiter.Limit{}, unchanged, err
 		}
 		if has {
-			return limiter.Limit{}, unchanged, conflictf("limit %q has overrides: its id_format cannot change while they exist", l.Name)
+			return limiter.Limit{}, unchanged, fmt.Errorf("limit %q: %w", l.Name, limiter.ErrIDFormatFixed)
 		}
 	}
 	l.UpdatedAt = w.now
@@ -174,9 +174,9 @@ func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Lim
 	switch violated(err) {
 	case "":
 	case limitsEnumKey:
-		return limiter.Limit{}, unchanged, conflictf("enum %d is taken by another limit", l.Enum)
+		return limiter.Limit{}, unchanged, fmt.Errorf("enum %d: %w", l.Enum, limiter.ErrEnumTaken)
 	case limitsPkey:
-		return limiter.Limit{}, unchanged, conflictf("limit %q already exists", l.Name)
+		return limiter.Limit{}, unchanged, fmt.Errorf("limit %q: %w", l.Name, limiter.ErrLimitExists)
 	}
 	if err != nil {
 		return limiter.Limit{}, unchanged, err
@@ -218,7 +218,7 @@ func (w *writeTx) giveEnum(ctx context.Context, name string, enum int) (int, int
 			return 0, 0, err
 		}
 		if next > int64(w.d.maxEnum) {
-			return 0, 0, enumError(fmt.Sprintf("no enum is left: every number from %d to %d was given", limiter.FirstAssignedEnum, w.d.maxEnum))
+			return 0, 0, fmt.Errorf("every enum from %d to %d was given: %w", limiter.FirstAssignedEnum, w.d.maxEnum, limiter.ErrNoEnumLeft)
 		}
 		enum = int(next)
 	}
@@ -233,9 +233,9 @@ func (w *writeTx) giveEnum(ctx context.Context, name string, enum int) (int, int
 	case err != nil:
 		return 0, 0, err
 	case live:
-		return 0, 0, conflictf("enum %d is taken by limit %q", enum, owner)
+		return 0, 0, fmt.Errorf("enum %d is taken by limit %q: %w", enum, owner, limiter.ErrEnumTaken)
 	case limiter.CatalogueName(enum) != name:
-		return 0, 0, enumError(fmt.Sprintf("%d was the enum of limit %s, which was deleted; an enum is never given twice, so that no limit finds the buckets of another", enum, owner))
+		return 0, 0, fmt.Errorf("enum %d of deleted limit %q: %w", enum, owner, limiter.ErrEnumRetired)
 	}
 	err = w.queryRow(ctx, []any{&generation}, `
 		UPDATE enums SET name = $2, generation = generation + 1 WHERE enum = $1 RETURNING generation`, enum, name)
@@ -255,20 +255,20 @@ func (d *DB) DeleteLimit(ctx context.Context, actor, name string) error {
 	return d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getLimit(ctx, d, w.tx, name)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("limit %q not found", name)
+			return fmt.Errorf("limit %q: %w", name, limiter.ErrLimitNotFound)
 		}
 		if err != nil {
 			return err
 		}
 		if has, err := w.limitHasRules(ctx, name); err != nil || has {
 			if err == nil {
-				err = conflictf("rules use limit %q: delete them or point them at another limit first", name)
+				err = fmt.Errorf("limit %q: %w", name, limiter.ErrHasRules)
 			}
 			return err
 		}
 		err = w.exec(ctx, `DELETE FROM limits WHERE name = $1`, name)
 		if violated(err) == overridesLimitFkey {
-			return conflictf("limit %q still has overrides: delete them first", name)
+			return fmt.Errorf("limit %q: %w", name, limiter.ErrHasOverrides)
 		}
 		if err != nil {
 			return err

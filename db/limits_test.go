@@ -71,13 +71,13 @@ func TestLimitCRUD(t *testing.T) {
 		}
 
 		_, err = e.db.GetLimit(ctx, "missing")
-		wantError(t, err, limiter.ErrNotFound, `limit "missing" not found`)
+		wantError(t, err, limiter.ErrLimitNotFound)
 		if err := e.db.DeleteLimit(ctx, "alice", "b"); err != nil {
 			t.Fatalf("DeleteLimit: %v", err)
 		}
 		_, err = e.db.GetLimit(ctx, "b")
-		wantError(t, err, limiter.ErrNotFound, "")
-		wantError(t, e.db.DeleteLimit(ctx, "alice", "b"), limiter.ErrNotFound, `limit "b" not found`)
+		wantError(t, err, limiter.ErrLimitNotFound)
+		wantError(t, e.db.DeleteLimit(ctx, "alice", "b"), limiter.ErrLimitNotFound)
 	})
 }
 
@@ -106,12 +106,12 @@ func TestEnumAssignment(t *testing.T) {
 		taken := limitOf("taken", limiter.String)
 		taken.Enum = 50
 		_, _, err := e.db.PutLimit(ctx, "alice", taken)
-		wantError(t, err, limiter.ErrConflict, `enum 50 is taken by limit "explicit"`)
+		wantError(t, err, limiter.ErrEnumTaken)
 
 		change := limitOf("explicit", limiter.String)
 		change.Enum = 51
 		_, _, err = e.db.PutLimit(ctx, "alice", change)
-		wantError(t, err, limiter.ErrConflict, `limit "explicit" has enum 50: an enum cannot change`)
+		wantError(t, err, limiter.ErrEnumFixed)
 
 		// Enum 0 on update keeps the enum; so does giving the same one.
 		change.Enum, change.Burst = 0, 99
@@ -164,7 +164,7 @@ func TestEnumsAreGivenOnce(t *testing.T) {
 			again := limitOf(name, limiter.String)
 			again.Enum = 42
 			_, _, err := e.db.PutLimit(ctx, "alice", again)
-			wantEnumError(t, err, "42 was the enum of limit Explicit, which was deleted")
+			wantError(t, err, limiter.ErrEnumRetired)
 		}
 		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("refused creations wrote: rows %v -> %v", before, after)
@@ -194,7 +194,7 @@ func TestEnumsRunOut(t *testing.T) {
 		}
 		before := e.rowCounts(t)
 		_, _, err := e.db.PutLimit(ctx, "alice", limitOf("D", limiter.String))
-		wantEnumError(t, err, "no enum is left")
+		wantError(t, err, limiter.ErrNoEnumLeft)
 		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("a refused creation wrote: rows %v -> %v", before, after)
 		}
@@ -253,7 +253,7 @@ func TestIDFormatChangeRefusedWhileOverridesExist(t *testing.T) {
 
 		l.IDFormat = limiter.String
 		_, _, err := e.db.PutLimit(ctx, "alice", l)
-		wantError(t, err, limiter.ErrConflict, `limit "L" has overrides: its id_format cannot change while they exist`)
+		wantError(t, err, limiter.ErrIDFormatFixed)
 		if got, _ := e.db.GetLimit(ctx, "L"); got.IDFormat != limiter.RegID {
 			t.Errorf("id_format changed to %s", got.IDFormat)
 		}
@@ -277,7 +277,7 @@ func TestDeleteReferencedLimit(t *testing.T) {
 		ctx := ctxT(t)
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		o := e.createOverride(t, overrideOf("L", "1"))
-		wantError(t, e.db.DeleteLimit(ctx, "alice", "L"), limiter.ErrConflict, `limit "L" still has overrides: delete them first`)
+		wantError(t, e.db.DeleteLimit(ctx, "alice", "L"), limiter.ErrHasOverrides)
 		if _, err := e.db.GetLimit(ctx, "L"); err != nil {
 			t.Fatalf("the limit went: %v", err)
 		}

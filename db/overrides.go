@@ -97,13 +97,13 @@ func getOverride(ctx context.Context, d *DB, q queryer, id string) (limiter.Over
 // transaction that writes the override, under the write lock, so that no
 // change of its id format can come between; an id the format refuses is a
 // *limiter.ValidationError naming bucket_id. An override of the same bucket
-// is a conflict and an unknown limit is not found. An unlimited override
-// keeps no parameters.
+// is limiter.ErrOverrideExists, an unknown limit limiter.ErrUnknownLimit.
+// An unlimited override keeps no parameters.
 func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error) {
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		l, err := getLimit(ctx, d, w.tx, o.Limit)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("limit %q not found", o.Limit)
+			return fmt.Errorf("override of limit %q: %w", o.Limit, limiter.ErrUnknownLimit)
 		}
 		if err != nil {
 			return err
@@ -118,9 +118,9 @@ func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Overrid
 		err = w.exec(ctx, `INSERT INTO overrides (`+overrideColumns+`) VALUES (`+placeholders(1, 14)+`)`, r.args()...)
 		switch violated(err) {
 		case overridesLimitBucketKey:
-			return conflictf("an override of limit %q for bucket %q already exists", o.Limit, o.BucketID)
+			return fmt.Errorf("override of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrOverrideExists)
 		case overridesLimitFkey:
-			return notFoundf("limit %q not found", o.Limit)
+			return fmt.Errorf("override of limit %q: %w", o.Limit, limiter.ErrUnknownLimit)
 		}
 		if err != nil {
 			return err
@@ -135,11 +135,11 @@ func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Overrid
 }
 
 // GetOverride returns the override with the id, or an error wrapping
-// limiter.ErrNotFound.
+// limiter.ErrOverrideNotFound.
 func (d *DB) GetOverride(ctx context.Context, id string) (limiter.Override, error) {
 	o, err := getOverride(ctx, d, d.reader, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return limiter.Override{}, notFoundf("override %q not found", id)
+		return limiter.Override{}, fmt.Errorf("override %q: %w", id, limiter.ErrOverrideNotFound)
 	}
 	return o, err
 }
@@ -152,7 +152,7 @@ const defaultPageSize = 50
 // (keyset pagination), so that overrides created while a client pages
 // through, which sort before its position, neither repeat nor push older
 // ones out of the pages still to come. A token that is not one of ours is
-// a *limiter.ValidationError naming page_token.
+// limiter.ErrPageToken.
 func (d *DB) ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error) {
 	var where []string
 	var args []any
@@ -163,9 +163,7 @@ func (d *DB) ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]lim
 	if f.PageToken != "" {
 		after, ok := pageAfter(f.PageToken)
 		if !ok {
-			ve := &limiter.ValidationError{}
-			ve.Add("page_token", "is not a token from an earlier page")
-			return nil, "", ve
+			return nil, "", fmt.Errorf("page token %q: %w", f.PageToken, limiter.ErrPageToken)
 		}
 		where = append(where, "id < "+arg(after))
 	}
@@ -230,7 +228,7 @@ func (d *DB) UpdateOverride(ctx context.Context, actor, id string, change func(*
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getOverride(ctx, d, w.tx, id)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("override %q not found", id)
+			return fmt.Errorf("override %q: %w", id, limiter.ErrOverrideNotFound)
 		}
 		if err != nil {
 			return err
@@ -265,7 +263,7 @@ func (d *DB) DeleteOverride(ctx context.Context, actor, id string) error {
 	return d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getOverride(ctx, d, w.tx, id)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("override %q not found", id)
+			return fmt.Errorf("override %q: %w", id, limiter.ErrOverrideNotFound)
 		}
 		if err != nil {
 			return err
@@ -290,7 +288,7 @@ func (d *DB) OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryE
 		return nil, err
 	}
 	if len(entries) == 0 {
-		return nil, notFoundf("override %q not found", id)
+		return nil, fmt.Errorf("override %q: %w", id, limiter.ErrOverrideNotFound)
 	}
 	return entries, nil
 }

@@ -31,9 +31,9 @@ func TestOverrideCRUD(t *testing.T) {
 		}
 
 		_, err = e.db.CreateOverride(ctx, "bob", overrideOf("L", "123"))
-		wantError(t, err, limiter.ErrConflict, `an override of limit "L" for bucket "123" already exists`)
+		wantError(t, err, limiter.ErrOverrideExists)
 		_, err = e.db.CreateOverride(ctx, "bob", overrideOf("Missing", "123"))
-		wantError(t, err, limiter.ErrNotFound, `limit "Missing" not found`)
+		wantError(t, err, limiter.ErrUnknownLimit)
 
 		// The same bucket id under another limit is another override.
 		e.putLimit(t, limitOf("M", limiter.RegID))
@@ -62,10 +62,10 @@ func TestOverrideCRUD(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.db.GetOverride(ctx, o.ID)
-		wantError(t, err, limiter.ErrNotFound, fmt.Sprintf("override %q not found", o.ID))
-		wantError(t, e.db.DeleteOverride(ctx, "bob", o.ID), limiter.ErrNotFound, "")
+		wantError(t, err, limiter.ErrOverrideNotFound)
+		wantError(t, e.db.DeleteOverride(ctx, "bob", o.ID), limiter.ErrOverrideNotFound)
 		_, err = e.db.UpdateOverride(ctx, "bob", o.ID, func(*limiter.Override) error { return nil })
-		wantError(t, err, limiter.ErrNotFound, "")
+		wantError(t, err, limiter.ErrOverrideNotFound)
 		// The bucket is free again.
 		e.createOverride(t, overrideOf("L", "123"))
 	})
@@ -173,7 +173,7 @@ func TestOverrideHistory(t *testing.T) {
 		check(2, "dave", limiter.ActionDelete, epoch().Add(2*time.Minute), &updated, nil)
 
 		_, err = e.db.OverrideHistory(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV")
-		wantError(t, err, limiter.ErrNotFound, "")
+		wantError(t, err, limiter.ErrOverrideNotFound)
 	})
 }
 
@@ -221,9 +221,8 @@ func TestListOverridesPagination(t *testing.T) {
 
 		for _, bad := range []string{"!!", "AAAA", pageToken("not an id at all, no")} {
 			_, _, err := e.db.ListOverrides(ctx, limiter.OverrideFilter{PageToken: bad})
-			var ve *limiter.ValidationError
-			if !errors.As(err, &ve) || ve.Fields[0].Field != "page_token" {
-				t.Errorf("token %q: error = %v, want a ValidationError on page_token", bad, err)
+			if !errors.Is(err, limiter.ErrPageToken) {
+				t.Errorf("token %q: error = %v, want ErrPageToken", bad, err)
 			}
 		}
 	})

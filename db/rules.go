@@ -93,27 +93,27 @@ func getRule(ctx context.Context, d *DB, q queryer, id string) (limiter.Rule, er
 	return r, d.fail(ctx, err)
 }
 
-// ruleLimit checks that the limit of r exists and suits it, as a
-// *limiter.ValidationError naming "limit".
+// ruleLimit checks that the limit of r exists (limiter.ErrUnknownLimit)
+// and suits it (a *limiter.ValidationError naming "limit").
 func (w *writeTx) ruleLimit(ctx context.Context, r limiter.Rule) error {
 	l, err := getLimit(ctx, w.d, w.tx, r.Limit)
-	var ve limiter.ValidationError
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		ve.Add("limit", "unknown limit")
+		return fmt.Errorf("rule of limit %q: %w", r.Limit, limiter.ErrUnknownLimit)
 	case err != nil:
 		return err
-	default:
-		if msg := r.CheckLimit(l); msg != "" {
-			ve.Add("limit", msg)
-		}
 	}
-	return ve.Err()
+	// The domain words why the limit does not suit the rule.
+	if msg := r.CheckLimit(l); msg != "" {
+		return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: msg}}}
+	}
+	return nil
 }
 
 // CreateRule stores a new rule, which the caller has validated, and returns
 // it with its ID and timestamps set. A rule of the same domain and pattern
-// is a conflict; a limit that does not exist or cannot serve the rule is a
+// is limiter.ErrRuleExists; a limit that does not exist is
+// limiter.ErrUnknownLimit, and one that cannot serve the rule a
 // *limiter.ValidationError naming "limit".
 func (d *DB) CreateRule(ctx context.Context, actor string, r limiter.Rule) (limiter.Rule, error) {
 	err := d.write(ctx, actor, func(w *writeTx) error {
@@ -140,7 +140,7 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 		r.ID, r.Domain, desc, descriptorHash(desc), r.Limit, w.now, w.actor)
 	switch violated(err) {
 	case rulesDomainDescriptorKey, rulesDomainDescriptorKeySQLite:
-		return limiter.Rule{}, conflictf("domain %q already has a rule for descriptor %s", r.Domain, desc)
+		return limiter.Rule{}, fmt.Errorf("domain %q, descriptor %s: %w", r.Domain, desc, limiter.ErrRuleExists)
 	}
 	if err != nil {
 		return limiter.Rule{}, err
@@ -168,11 +168,11 @@ func (w *writeTx) putRule(ctx context.Context, r limiter.Rule) (outcome, error) 
 }
 
 // GetRule returns the rule with the id, or an error wrapping
-// limiter.ErrNotFound.
+// limiter.ErrRuleNotFound.
 func (d *DB) GetRule(ctx context.Context, id string) (limiter.Rule, error) {
 	r, err := getRule(ctx, d, d.reader, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return limiter.Rule{}, notFoundf("rule %q not found", id)
+		return limiter.Rule{}, fmt.Errorf("rule %q: %w", id, limiter.ErrRuleNotFound)
 	}
 	return r, err
 }
@@ -193,7 +193,7 @@ func (d *DB) SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getRule(ctx, d, w.tx, id)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("rule %q not found", id)
+			return fmt.Errorf("rule %q: %w", id, limiter.ErrRuleNotFound)
 		}
 		if err != nil {
 			return err
@@ -232,7 +232,7 @@ func (d *DB) DeleteRule(ctx context.Context, actor, id string) error {
 	return d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getRule(ctx, d, w.tx, id)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("rule %q not found", id)
+			return fmt.Errorf("rule %q: %w", id, limiter.ErrRuleNotFound)
 		}
 		if err != nil {
 			return err

@@ -44,7 +44,7 @@ func TestRuleCRUD(t *testing.T) {
 			t.Fatalf("GetRule = %+v, %v; want %+v", got, err, r)
 		}
 		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerText", "remote_address", ""))
-		wantError(t, err, limiter.ErrConflict, `domain "edge" already has a rule for descriptor [{"key":"remote_address"}]`)
+		wantError(t, err, limiter.ErrRuleExists)
 		// The same pattern in another domain, or with a value, is another rule.
 		if _, err := e.db.CreateRule(ctx, "alice", ruleOf("other", "PerIP", "remote_address", "")); err != nil {
 			t.Fatal(err)
@@ -53,7 +53,7 @@ func TestRuleCRUD(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "Missing", "k", ""))
-		wantFieldError(t, err, "limit")
+		wantError(t, err, limiter.ErrUnknownLimit)
 		// Two free entries need the string format.
 		_, err = e.db.CreateRule(ctx, "alice", ruleOf("edge", "PerIP", "a", "", "b", ""))
 		wantFieldError(t, err, "limit")
@@ -67,24 +67,23 @@ func TestRuleCRUD(t *testing.T) {
 			t.Fatalf("ListRules(edge) = %v, %v", edge, err)
 		}
 
-		wantError(t, e.db.DeleteLimit(ctx, "alice", "PerIP"), limiter.ErrConflict,
-			`rules use limit "PerIP": delete them or point them at another limit first`)
+		wantError(t, e.db.DeleteLimit(ctx, "alice", "PerIP"), limiter.ErrHasRules)
 		e.clock.Advance(time.Second)
 		up, err := e.db.SetRuleLimit(ctx, "alice", r.ID, "PerText")
 		if err != nil || up.Limit != "PerText" || !up.UpdatedAt.After(up.CreatedAt) {
 			t.Fatalf("SetRuleLimit = %+v, %v", up, err)
 		}
 		_, err = e.db.SetRuleLimit(ctx, "alice", r.ID, "Missing")
-		wantFieldError(t, err, "limit")
+		wantError(t, err, limiter.ErrUnknownLimit)
 		_, err = e.db.SetRuleLimit(ctx, "alice", "nope", "PerText")
-		wantError(t, err, limiter.ErrNotFound, `rule "nope" not found`)
+		wantError(t, err, limiter.ErrRuleNotFound)
 
 		if err := e.db.DeleteRule(ctx, "alice", r.ID); err != nil {
 			t.Fatal(err)
 		}
-		wantError(t, e.db.DeleteRule(ctx, "alice", r.ID), limiter.ErrNotFound, `rule "`+r.ID+`" not found`)
+		wantError(t, e.db.DeleteRule(ctx, "alice", r.ID), limiter.ErrRuleNotFound)
 		_, err = e.db.GetRule(ctx, r.ID)
-		wantError(t, err, limiter.ErrNotFound, "")
+		wantError(t, err, limiter.ErrRuleNotFound)
 	})
 }
 
@@ -111,7 +110,7 @@ func TestRuleLongDescriptor(t *testing.T) {
 			t.Fatalf("read back %+v, %v", back, err)
 		}
 		_, err = e.db.CreateRule(ctx, "alice", r)
-		wantError(t, err, limiter.ErrConflict, "")
+		wantError(t, err, limiter.ErrRuleExists)
 	})
 }
 

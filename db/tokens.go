@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -85,9 +86,9 @@ func (w *writeTx) createToken(ctx context.Context, t *auth.Token) error {
 		t.ID, t.Name, string(t.Scope), t.Hash, t.CreatedAt)
 	switch violated(err) {
 	case tokensHashKey:
-		return conflictf("a token with the same secret already exists")
+		return fmt.Errorf("a token has the same secret: %w", limiter.ErrTokenExists)
 	case tokensLiveNameKey:
-		return conflictf("a token named %q already exists; revoke it or choose another name", t.Name)
+		return fmt.Errorf("token %q: %w", t.Name, limiter.ErrTokenExists)
 	}
 	if err != nil {
 		return err
@@ -100,7 +101,7 @@ func (d *DB) GetToken(ctx context.Context, id string) (auth.Token, error) {
 	var r tokenRow
 	err := d.fail(ctx, d.reader.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = $1`, id).Scan(r.dest()...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return auth.Token{}, notFoundf("token %q not found", id)
+		return auth.Token{}, fmt.Errorf("token %q: %w", id, limiter.ErrTokenNotFound)
 	}
 	return r.token(), err
 }
@@ -118,7 +119,7 @@ func (d *DB) RevokeToken(ctx context.Context, actor, id string) error {
 		var r tokenRow
 		err := w.queryRow(ctx, r.dest(), `SELECT `+tokenColumns+` FROM tokens WHERE id = $1 AND revoked_at IS NULL`, id)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFoundf("token %q not found or already revoked", id)
+			return fmt.Errorf("token %q: %w", id, limiter.ErrTokenNotFound)
 		}
 		if err != nil {
 			return err

@@ -73,14 +73,14 @@ func TestTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.db.CreateToken(ctx, "ops", auth.Token{Name: "copy", Scope: auth.Decide, Hash: hash2})
-		wantError(t, err, limiter.ErrConflict, "")
+		wantError(t, err, limiter.ErrTokenExists)
 
 		e.clock.Advance(time.Second)
 		if err := e.db.RevokeToken(ctx, "ops", a.ID); err != nil {
 			t.Fatal(err)
 		}
-		wantError(t, e.db.RevokeToken(ctx, "ops", a.ID), limiter.ErrNotFound, fmt.Sprintf("token %q not found or already revoked", a.ID))
-		wantError(t, e.db.RevokeToken(ctx, "ops", "nope"), limiter.ErrNotFound, "")
+		wantError(t, e.db.RevokeToken(ctx, "ops", a.ID), limiter.ErrTokenNotFound)
+		wantError(t, e.db.RevokeToken(ctx, "ops", "nope"), limiter.ErrTokenNotFound)
 
 		list, err := e.db.ListTokens(ctx)
 		if err != nil || len(list) != 2 {
