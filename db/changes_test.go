@@ -156,7 +156,7 @@ func TestSinceRecreatedOverride(t *testing.T) {
 		if err := b.Apply(c); err != nil {
 			t.Fatal(err)
 		}
-		r, err := b.Snapshot(c.Version, epoch()).Resolve("L", "5", epoch())
+		r, err := b.Snapshot(c.Version).Resolve("L", "5", epoch())
 		if err != nil || r.Source != limiter.SourceOverride || r.Params.Burst != 4 {
 			t.Errorf("after applying: %+v, %v", r, err)
 		}

@@ -181,7 +181,7 @@ func TestRuleSequence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap := b.Snapshot(version, e.clock.Now()).Rules()
+			snap := b.Snapshot(version).Rules()
 			if len(stored) != len(model) || len(snap) != len(model) {
 				t.Fatalf("step %d: %d stored, %d in the snapshot, %d in the model", step, len(stored), len(snap), len(model))
 			}

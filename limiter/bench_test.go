@@ -28,7 +28,7 @@ func BenchmarkDecide(b *testing.B) {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	l := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1 << 16})
-	l.SetSnapshot(bl.Snapshot(1, time.Now()))
+	l.SetSnapshot(bl.Snapshot(1))
 	ids := make([]string, 1024)
 	for i := range ids {
 		ids[i] = strconv.Itoa(10_000_000 + i)
@@ -78,7 +78,7 @@ func BenchmarkSnapshotBuild(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		s := bl.Snapshot(1, time.Now())
+		s := bl.Snapshot(1)
 		runtime.GC()
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)

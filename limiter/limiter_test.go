@@ -245,7 +245,7 @@ func TestDeniedCache(t *testing.T) {
 	if err := b.PutOverride(raised); err != nil {
 		t.Fatal(err)
 	}
-	f.l.SetSnapshot(b.Snapshot(2, f.now))
+	f.l.SetSnapshot(b.Snapshot(2))
 	if res := f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "2", 1)); !res.Allowed {
 		t.Fatalf("after raising the limit: %+v", res)
 	}

@@ -26,7 +26,7 @@ func ruleSnapshot(t *testing.T, rules ...Rule) *Snapshot {
 			t.Fatal(err)
 		}
 	}
-	return b.Snapshot(1, time.Unix(0, 0))
+	return b.Snapshot(1)
 }
 
 func entries(kv ...string) []DescriptorEntry {
@@ -102,7 +102,7 @@ func TestRuleChangesReachSnapshot(t *testing.T) {
 		Rules: []Rule{{ID: "r2", Domain: "d", Descriptor: entries("k", "v*"), Limit: "Prefix"}}}); err != nil {
 		t.Fatal(err)
 	}
-	next := b.Snapshot(2, time.Unix(1, 0))
+	next := b.Snapshot(2)
 	if r, _ := next.Match("d", entries("k", "vw")); r.Limit != "Prefix" {
 		t.Errorf("after the change got %q, want Prefix", r.Limit)
 	}

@@ -43,7 +43,6 @@ type overrideEntry struct {
 // database changes.
 type Snapshot struct {
 	version   int64
-	loadedAt  time.Time
 	byName    map[string]*limitEntry
 	byEnum    map[int]*limitEntry
 	shards    [shardCount]map[string]overrideEntry
@@ -55,9 +54,6 @@ type Snapshot struct {
 
 // Version is the database change sequence number the snapshot includes.
 func (s *Snapshot) Version() int64 { return s.version }
-
-// LoadedAt is when the snapshot was built.
-func (s *Snapshot) LoadedAt() time.Time { return s.loadedAt }
 
 // Overrides is the number of enabled overrides in the snapshot, expired ones
 // included until the next full load.
@@ -256,10 +252,10 @@ func (b *Builder) DeleteOverride(limit, bucketID string) error {
 
 // Snapshot returns the snapshot built so far. The builder stays usable:
 // later changes copy the maps again and never touch the returned snapshot.
-func (b *Builder) Snapshot(version int64, loadedAt time.Time) *Snapshot {
+func (b *Builder) Snapshot(version int64) *Snapshot {
 	b.indexRules()
 	s := b.snap
-	s.version, s.loadedAt = version, loadedAt
+	s.version = version
 	b.owned = [shardCount]bool{}
 	b.limitsOwned = false
 	return &s

@@ -39,7 +39,7 @@ func build(t *testing.T, limits []limiter.Limit, overrides ...limiter.Override) 
 			t.Fatal(err)
 		}
 	}
-	return b.Snapshot(1, t0)
+	return b.Snapshot(1)
 }
 
 func resolve(t *testing.T, s *limiter.Snapshot, limit, id string, at time.Time) limiter.Resolution {
@@ -125,12 +125,12 @@ func TestBuilderCopiesOnWrite(t *testing.T) {
 	if err := b.DeleteOverride("NewOrdersPerAccount", "1"); err != nil {
 		t.Fatal(err)
 	}
-	s2 := b.Snapshot(2, t0)
+	s2 := b.Snapshot(2)
 	// Writing on after Snapshot must not reach s2.
 	if err := b.PutOverride(override("NewOrdersPerAccount", "3", 30)); err != nil {
 		t.Fatal(err)
 	}
-	s3 := b.Snapshot(3, t0)
+	s3 := b.Snapshot(3)
 
 	for _, tc := range []struct {
 		s    *limiter.Snapshot
@@ -166,7 +166,7 @@ func TestApplyChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := b.Snapshot(7, t0)
+	s2 := b.Snapshot(7)
 	if r := resolve(t, s2, "NewOrdersPerAccount", "1", t0); r.Params.Burst != 99 {
 		t.Fatalf("the recreated override lost to its deletion: %+v", r)
 	}
@@ -263,7 +263,7 @@ func TestGenerationsSeparateBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := b.Snapshot(3, t0)
+	s2 := b.Snapshot(3)
 	if r := resolve(t, s2, "NewOrdersPerAccount", "42", t0); r.Key != "3.2:42" || r.Source != limiter.SourceDefault {
 		t.Errorf("second generation: key %q, source %s; want 3.2:42 from the defaults", r.Key, r.Source)
 	}

@@ -60,7 +60,7 @@ func snapshotOf(t *testing.T, d *db.DB) *limiter.Snapshot {
 			t.Fatal(err)
 		}
 	}
-	return b.Snapshot(v, time.Now())
+	return b.Snapshot(v)
 }
 
 // decide says what a request descriptor of domain gets: its limit, bucket

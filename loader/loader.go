@@ -251,7 +251,7 @@ func (l *Loader) full(ctx context.Context) error {
 	if err := l.rereadTokens(ctx, true); err != nil {
 		return err
 	}
-	l.publish(b.Snapshot(version, now), now)
+	l.publish(b.Snapshot(version), now)
 	select {
 	case <-l.loaded:
 	default:
@@ -316,7 +316,7 @@ func (l *Loader) since(ctx context.Context) error {
 		if err := b.Apply(ch); err != nil {
 			return fmt.Errorf("applying changes up to version %d: %w", ch.Version, err)
 		}
-		snap = b.Snapshot(ch.Version, now)
+		snap = b.Snapshot(ch.Version)
 	}
 	l.publish(snap, now)
 	return nil

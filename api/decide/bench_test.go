@@ -44,7 +44,7 @@ func benchServer(b *testing.B) (http.Handler, string) {
 			b.Fatal(err)
 		}
 	}
-	lim.SetSnapshot(builder.Snapshot(1, time.Now()))
+	lim.SetSnapshot(builder.Snapshot(1))
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: prometheus.NewRegistry(), Logger: log})

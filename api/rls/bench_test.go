@@ -58,7 +58,7 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 			b.Fatal(err)
 		}
 	}
-	lim.SetSnapshot(builder.Snapshot(1, time.Now()))
+	lim.SetSnapshot(builder.Snapshot(1))
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	reg := prometheus.NewRegistry()

@@ -34,7 +34,7 @@ func fuzzSnapshot(t testing.TB) *limiter.Snapshot {
 			t.Fatal(err)
 		}
 	}
-	return b.Snapshot(1, time.Unix(0, 0))
+	return b.Snapshot(1)
 }
 
 // FuzzTranslate feeds the request-to-batch translation arbitrary requests:
