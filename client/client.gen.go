@@ -612,7 +612,9 @@ type Principal struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	Detail    string        `json:"detail"`
+	Detail string `json:"detail"`
+
+	// Errors Every bad field of a 400 or 422 at once, one error per field, in the order the fields appear in the body; fields the body lacks, query parameters and headers come after them.
 	Errors    *[]FieldError `json:"errors,omitempty"`
 	RequestID string        `json:"request_id"`
 	Status    int           `json:"status"`
