@@ -13,8 +13,12 @@ const deniedShards = 64
 // refunds and resets, so a request the cached TAT denies is denied by the
 // store too. An entry lives until the bucket would hold one token again.
 //
-// Refunds and resets made through this process forget their buckets here.
-// Those made through another replica are not seen: this process may go on
+// Refunds and resets made through this process forget their buckets here,
+// and a TAT read from the store before such a forget is not remembered
+// after it: a spend that raced with a refund would otherwise put back the
+// TAT the refund lowered. Answers of concurrent spends may come back out of
+// order, so an entry keeps the latest TAT it was told. Refunds and resets
+// made through another replica are not seen: this process may go on
 // denying such a bucket until its entry ends, which is no later than the
 // moment the bucket would have had a token without the refund. Parameters are
 // not cached; a raised limit takes effect at once.
@@ -27,9 +31,12 @@ type deniedCache struct {
 type deniedShard struct {
 	// n mirrors len(m), so that the common case, a shard with no empty
 	// bucket, costs an atomic load instead of a lock.
-	n  atomic.Int32
-	mu sync.Mutex
-	m  map[string]deniedEntry
+	n atomic.Int32
+	// forgets counts the refunds and resets of the shard's buckets (see
+	// epoch); it changes under mu.
+	forgets atomic.Uint64
+	mu      sync.Mutex
+	m       map[string]deniedEntry
 }
 
 type deniedEntry struct {
@@ -80,19 +87,42 @@ func (c *deniedCache) deny(key []byte, now int64, r Rate, cost int64, out *Outco
 	return true
 }
 
-// remember records that a bucket's TAT is tat at now: kept while the bucket
-// has no whole token, dropped otherwise. A full shard drops an arbitrary
-// entry, which only costs a store call later.
-func (c *deniedCache) remember(key []byte, tat, now int64, r Rate) {
+// epoch is read before the store call whose TAT is then remembered: a
+// forget of the bucket's shard in between makes remember drop the TAT. A
+// forget of another bucket of the shard drops it too, which only costs a
+// store call later.
+func (c *deniedCache) epoch(key []byte) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.shard(key).forgets.Load()
+}
+
+// remember records that a bucket's TAT is tat at now, as read by a store
+// call made after epoch: kept while the bucket has no whole token, dropped
+// otherwise. A full shard drops an arbitrary entry, which only costs a
+// store call later.
+func (c *deniedCache) remember(key []byte, tat, now int64, r Rate, epoch uint64) {
+	sh := c.shard(key)
 	until := tat - r.Offset() + r.Interval
 	if until <= now {
-		c.forget(key)
+		if sh.n.Load() > 0 {
+			sh.mu.Lock()
+			sh.delete(key)
+			sh.mu.Unlock()
+		}
 		return
 	}
-	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[string(key)]; !ok && len(sh.m) >= c.perShard {
+	if sh.forgets.Load() != epoch {
+		return
+	}
+	e, ok := sh.m[string(key)]
+	if ok && e.tat >= tat {
+		return
+	}
+	if !ok && len(sh.m) >= c.perShard {
 		for k := range sh.m {
 			delete(sh.m, k)
 			break
@@ -102,16 +132,17 @@ func (c *deniedCache) remember(key []byte, tat, now int64, r Rate) {
 	sh.n.Store(int32(len(sh.m)))
 }
 
-// forget drops a bucket after a refund or reset.
+// forget drops a bucket after a refund or reset, which the caller has made
+// in the store. It takes the lock even for an empty shard: a remember of a
+// TAT read before the refund must either come before it, and be dropped
+// here, or see the new epoch.
 func (c *deniedCache) forget(key []byte) {
 	if c == nil {
 		return
 	}
 	sh := c.shard(key)
-	if sh.n.Load() == 0 {
-		return
-	}
 	sh.mu.Lock()
+	sh.forgets.Add(1)
 	sh.delete(key)
 	sh.mu.Unlock()
 }

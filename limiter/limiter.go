@@ -143,6 +143,9 @@ func (l *Limiter) Stats() Stats {
 // allocates nothing but its answer.
 type scratch struct {
 	batch []Bucket
+	// epochs[p] is the denied cache's epoch of batch[p], read before the
+	// store call.
+	epochs []uint64
 	// buf holds the bucket keys of the requests, one after the other;
 	// request i's key ends at ends[i] (empty when it did not resolve).
 	buf  []byte
@@ -153,7 +156,7 @@ type scratch struct {
 }
 
 func (sc *scratch) reset() {
-	sc.batch, sc.buf, sc.ends, sc.pos = sc.batch[:0], sc.buf[:0], sc.ends[:0], sc.pos[:0]
+	sc.batch, sc.epochs, sc.buf, sc.ends, sc.pos = sc.batch[:0], sc.epochs[:0], sc.buf[:0], sc.ends[:0], sc.pos[:0]
 }
 
 // key returns the key of request i.
@@ -217,24 +220,25 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 		}
 	}
 	res := summarize(decisions)
-	l.updateDenied(op, now.UnixMicro(), sc.batch)
+	l.updateDenied(op, now.UnixMicro(), sc.batch, sc.epochs)
 	return res, nil
 }
 
 // updateDenied tells the denied cache the TAT of every bucket after the
-// call. Those of a refund are forgotten instead: a refund makes a bucket
-// fuller, and the cache only holds empty ones.
-func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket) {
+// call. Those of a refund, and those a settle gave back to, are forgotten
+// instead: they are fuller than before, and the cache only holds empty
+// ones.
+func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket, epochs []uint64) {
 	if l.denied == nil {
 		return
 	}
 	for i := range batch {
 		b := &batch[i]
-		if op == Refund {
+		if op == Refund || b.Next < b.TAT {
 			l.denied.forget(b.Key)
 			continue
 		}
-		l.denied.remember(b.Key, b.Next, nowUS, b.Rate)
+		l.denied.remember(b.Key, b.Next, nowUS, b.Rate, epochs[i])
 	}
 }
 
@@ -329,6 +333,7 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 		default:
 			sc.pos = append(sc.pos, len(sc.batch))
 			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Reserved: req.Reserved, Shadow: r.Limit.Shadow})
+			sc.epochs = append(sc.epochs, l.denied.epoch(key))
 			continue
 		}
 		sc.pos = append(sc.pos, -1)

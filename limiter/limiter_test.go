@@ -361,3 +361,79 @@ func TestDebtIsCachedAsADenial(t *testing.T) {
 		t.Fatalf("the denials made %d store calls, want none", n-calls)
 	}
 }
+
+// gatedStore holds its armed call after the store has applied it, so that
+// a test can run another operation between a store's answer and the
+// Limiter's use of it.
+type gatedStore struct {
+	limiter.Store
+	armed            atomic.Bool
+	applied, release chan struct{}
+}
+
+func (s *gatedStore) Apply(ctx context.Context, op limiter.Op, now time.Time, b []limiter.Bucket) (bool, error) {
+	written, err := s.Store.Apply(ctx, op, now, b)
+	if s.armed.CompareAndSwap(true, false) {
+		s.applied <- struct{}{}
+		<-s.release
+	}
+	return written, err
+}
+
+// TestDeniedCacheRacesUndos: a spend's answer that comes back after a
+// refund, reset or settle gave the bucket its tokens back must not make
+// the denied cache deny from the TAT that was undone.
+func TestDeniedCacheRacesUndos(t *testing.T) {
+	ctx := context.Background()
+	bucket := []limiter.Request{req("NewOrdersPerAccount", "1", 1)}
+	undos := map[string]func(*limiter.Limiter) error{
+		"refund": func(l *limiter.Limiter) error {
+			_, err := l.Decide(ctx, limiter.Refund, []limiter.Request{req("NewOrdersPerAccount", "1", 300)}, nil)
+			return err
+		},
+		"reset": func(l *limiter.Limiter) error {
+			_, err := l.Reset(ctx, bucket)
+			return err
+		},
+		"settle": func(l *limiter.Limiter) error {
+			_, err := l.Decide(ctx, limiter.Settle, []limiter.Request{settleReq("NewOrdersPerAccount", "1", 300, 0)}, nil)
+			return err
+		},
+	}
+	for name, undo := range undos {
+		t.Run(name, func(t *testing.T) {
+			ms := memstore.New(memstore.Options{})
+			t.Cleanup(ms.Close)
+			gs := &gatedStore{Store: ms, applied: make(chan struct{}), release: make(chan struct{})}
+			l := limiter.New(limiter.Config{Store: gs, DeniedCacheSize: 1000, Now: func() time.Time { return t0 },
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			l.SetSnapshot(build(t, []limiter.Limit{orders()}))
+			if _, err := l.Decide(ctx, limiter.Spend, []limiter.Request{req("NewOrdersPerAccount", "1", 299)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			// The last token goes, and the answer is held after the store
+			// applied it while the bucket gets its tokens back.
+			gs.armed.Store(true)
+			done := make(chan error)
+			go func() {
+				res, err := l.Decide(ctx, limiter.Spend, bucket, nil)
+				if err == nil && !res.Allowed {
+					err = fmt.Errorf("the last token was denied: %+v", res)
+				}
+				done <- err
+			}()
+			<-gs.applied
+			if err := undo(l); err != nil {
+				t.Fatal(err)
+			}
+			close(gs.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			res, err := l.Decide(ctx, limiter.Spend, bucket, nil)
+			if err != nil || !res.Allowed {
+				t.Fatalf("the store holds tokens again, but the spend got %+v, %v", res, err)
+			}
+		})
+	}
+}
