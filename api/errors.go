@@ -112,6 +112,7 @@ func problemFor(err error, subject string, p *Problem) any {
 	case errors.As(err, &ve):
 		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
 	case wordStoreError(err, subject, p):
+		// The database's particular errors, in the words of storeWords.
 	case statusOf(err) < 500:
 		// A kind no words above cover: its text may be the database's, for
 		// the log only.
