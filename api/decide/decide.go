@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -307,7 +307,11 @@ func answer(w http.ResponseWriter, body []byte) {
 // refuse, so that one answer lists every bad field and nothing is spent.
 func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request, error) {
 	var err error
-	if sc.body, err = readBody(r, sc.body); err != nil {
+	if sc.body, err = input.Read(r, sc.body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge()
+		}
 		return nil, err
 	}
 	reqs, ok := decodeFast(sc.body, sc.reqs, f, sc)
@@ -315,72 +319,44 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request,
 		sc.reqs = reqs
 		return reqs, nil
 	}
-	reqs, fields, err := decodeStrict(sc.body, sc.reqs[:0], f)
+	reqs, errs, err := decodeStrict(sc.body, sc.reqs[:0], f)
 	if err != nil {
 		return nil, err
 	}
 	sc.reqs = reqs
-	if len(fields) > 0 {
-		return nil, &limiter.ValidationError{Fields: h.bucketErrors(reqs, fields)}
+	if !errs.Empty() {
+		h.bucketErrors(reqs, errs)
+		return nil, errs.Err()
 	}
 	return reqs, nil
 }
 
-// bucketErrors adds to fields what the Limiter would say of the requests
-// whose limit and bucket id are present: unknown limits, bad bucket ids
-// and repeated buckets.
-func (h *Handler) bucketErrors(reqs []limiter.Request, fields []limiter.FieldError) []limiter.FieldError {
+// bucketErrors adds to errs what the Limiter would say of the requests
+// whose limit and bucket id are valid so far: unknown limits, bad bucket
+// ids and repeated buckets.
+func (h *Handler) bucketErrors(reqs []limiter.Request, errs *input.Errors) {
 	snap := h.cfg.Limiter.Snapshot()
 	if snap == nil {
-		return fields
-	}
-	bad := make(map[string]bool, len(fields))
-	for _, f := range fields {
-		bad[f.Field] = true
+		return
 	}
 	now := h.cfg.Now()
 	first := map[string]int{}
 	for i, r := range reqs {
-		prefix := "buckets[" + strconv.Itoa(i) + "]"
-		if bad[prefix+".limit"] || bad[prefix+".bucket_id"] {
+		prefix := input.Index("buckets", i)
+		if errs.Has(prefix+".limit") || errs.Has(prefix+".bucket_id") {
 			continue
 		}
 		res, err := snap.Resolve(r.Limit, r.BucketID, now)
 		var fe limiter.FieldError
 		if errors.As(err, &fe) {
-			fields = append(fields, limiter.FieldError{Field: prefix + "." + fe.Field, Message: fe.Message})
+			errs.Add(prefix+"."+fe.Field, fe.Message)
 			continue
 		}
 		if j, ok := first[res.Key]; ok {
-			fields = append(fields, limiter.FieldError{Field: prefix, Message: "same bucket as buckets[" + strconv.Itoa(j) + "]"})
+			errs.Add(prefix, "same bucket as buckets["+strconv.Itoa(j)+"]")
 			continue
 		}
 		first[res.Key] = i
-	}
-	return fields
-}
-
-// readBody appends the request body to buf; past the limit it is a 413.
-func readBody(r *http.Request, buf []byte) ([]byte, error) {
-	if n := r.ContentLength; n > 0 && int64(cap(buf)-len(buf)) < n {
-		buf = append(buf, make([]byte, n)...)[:len(buf)]
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, make([]byte, 512)...)[:len(buf)]
-		}
-		n, err := r.Body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			var mbe *http.MaxBytesError
-			switch {
-			case errors.As(err, &mbe):
-				return buf, tooLarge()
-			case err == io.EOF:
-				return buf, nil
-			}
-			return buf, err
-		}
 	}
 }
 
@@ -404,12 +380,15 @@ func (p *problem) Error() string { return p.detail }
 func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path, id string, err error) int {
 	var (
 		cp *problem
+		ie *input.Error
 		ve *limiter.ValidationError
 		p  = api.Problem{RequestID: id}
 	)
 	switch {
 	case errors.As(err, &cp):
 		p.Status, p.Detail, p.Errors = cp.status, cp.detail, cp.fields
+	case errors.As(err, &ie):
+		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
 	case errors.As(err, &ve):
 		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
 	case errors.Is(err, limiter.ErrUnavailable):

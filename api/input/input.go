@@ -13,12 +13,14 @@ package input
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -69,6 +71,9 @@ type node struct {
 	text    string // a string's value, a number's literal
 	members []member
 	items   []*node
+	// wrong is set when the value is of the wrong type: its contents are
+	// not the request's, so none of them is an unknown field.
+	wrong bool
 }
 
 type member struct {
@@ -126,10 +131,11 @@ func Parse(data []byte) (*Body, error) {
 	case errors.Is(se.Err, jsontext.ErrDuplicateName):
 		return nil, &Error{Detail: "the body has the wrong shape", Fields: []limiter.FieldError{{Field: field, Message: "duplicate key"}}}
 	case strings.Contains(se.Err.Error(), "UTF-8") || strings.Contains(se.Err.Error(), "surrogate"):
-		if field == "" {
-			return nil, &Error{Detail: "the body is not valid UTF-8"}
-		}
-		return nil, &Error{Detail: "the body is not valid UTF-8", Fields: []limiter.FieldError{{Field: field, Message: "is not valid UTF-8"}}}
+		// Where no field can be named, the body is.
+		return nil, &Error{Detail: "the body is not valid UTF-8", Fields: []limiter.FieldError{{Field: cmp.Or(field, "body"), Message: "is not valid UTF-8"}}}
+	case !utf8.Valid(data):
+		// A bad byte that the syntax error came before, or after the value.
+		return nil, &Error{Detail: "the body is not valid UTF-8", Fields: []limiter.FieldError{{Field: "body", Message: "is not valid UTF-8"}}}
 	}
 	return nil, &Error{Detail: "the body is not valid JSON: " + se.Error()}
 }
@@ -228,6 +234,7 @@ func (b *Body) wrong(path string, n *node, want string) {
 	if path == "" {
 		path = "body"
 	}
+	n.wrong = true
 	b.shape = append(b.shape, fieldAt{limiter.FieldError{Field: path, Message: msg}, n.off})
 }
 
@@ -258,7 +265,7 @@ func (b *Body) Err() error {
 
 // unknown records the members of n and its children that were not read.
 func (b *Body) unknown(n *node, at string) {
-	if n == nil {
+	if n == nil || n.wrong {
 		return
 	}
 	for _, m := range n.members {
@@ -426,12 +433,8 @@ func (o Object) Bool(name string) (v, ok bool) {
 // Int reads an integer member. A fraction, an exponent or an integer
 // beyond 64 bits is the wrong shape: the schema's integers are 64 bits.
 func (o Object) Int(name string) (v int64, ok bool) {
-	n := o.get(name)
-	switch {
-	case n == nil:
-		return 0, false
-	case n.kind != '0' || strings.ContainsAny(n.text, ".eE"):
-		o.b.wrong(Join(o.path, name), n, "an integer")
+	n := o.integer(name)
+	if n == nil {
 		return 0, false
 	}
 	v, err := strconv.ParseInt(n.text, 10, 64)
@@ -440,6 +443,27 @@ func (o Object) Int(name string) (v int64, ok bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// Integer reads an integer member's digits, for a caller that words its
+// own range, whatever the size; a fraction or an exponent is the wrong
+// shape.
+func (o Object) Integer(name string) (digits string, ok bool) {
+	if n := o.integer(name); n != nil {
+		return n.text, true
+	}
+	return "", false
+}
+
+// integer returns an integer member, nil when it is absent or of the wrong
+// shape, which is recorded.
+func (o Object) integer(name string) *node {
+	n := o.get(name)
+	if n != nil && (n.kind != '0' || strings.ContainsAny(n.text, ".eE")) {
+		o.b.wrong(Join(o.path, name), n, "an integer")
+		return nil
+	}
+	return n
 }
 
 // Null reads whether a member is null, for fields where null means "none"

@@ -71,6 +71,8 @@ func TestBodies(t *testing.T) {
 			[]string{"shadow: must be a boolean", "name: must be a string", "zzz: unknown field",
 				"items[0].x: unknown field", "items[1]: must be an object", "burst: must be an integer"}},
 		{"shape wins over values", `{"name":"","burst":"x","items":[]}`, "shape", []string{"burst: must be an integer"}},
+		{"the contents of a wrong value are not unknown", `{"name":{"x":1},"burst":1,"items":{"key":"k"}}`, "shape",
+			[]string{"name: must be a string", "items: must be an array"}},
 		{"null is not a value", `{"name":null,"burst":1,"items":null}`, "shape",
 			[]string{"name: must not be null", "items: must not be null"}},
 		{"null where it means none", `{"name":"a","burst":1,"items":[],"expires":null}`, "", nil},
