@@ -1,8 +1,6 @@
 package api
 
 import (
-	"strings"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -15,22 +13,16 @@ const principalKey = "principal"
 func (s *Server) require(scopes ...auth.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			h := c.Request().Header.Get(echo.HeaderAuthorization)
-			scheme, secret, ok := strings.Cut(h, " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="ratelimitd"`)
-				return errorf(errUnauthorized, "an Authorization: Bearer <token> header is required")
+			p, refused := auth.Authorize(s.cfg.Auth, c.Request().Header.Get(echo.HeaderAuthorization), scopes...)
+			switch {
+			case refused == nil:
+				c.Set(principalKey, p)
+				return next(c)
+			case refused.Forbidden:
+				return errorf(errForbidden, "%s", refused.Detail)
 			}
-			p, ok := s.cfg.Auth.Authenticate(strings.TrimSpace(secret))
-			if !ok {
-				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="ratelimitd", error="invalid_token"`)
-				return errorf(errUnauthorized, "the token is unknown or revoked")
-			}
-			if !p.Scope.Allows(scopes...) {
-				return errorf(errForbidden, "a token of scope %q may not do this; it needs %s", p.Scope, scopeList(scopes))
-			}
-			c.Set(principalKey, p)
-			return next(c)
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, refused.Challenge)
+			return errorf(errUnauthorized, "%s", refused.Detail)
 		}
 	}
 }
@@ -39,14 +31,4 @@ func (s *Server) require(scopes ...auth.Scope) echo.MiddlewareFunc {
 func principal(c echo.Context) auth.Principal {
 	p, _ := c.Get(principalKey).(auth.Principal)
 	return p
-}
-
-func scopeList(scopes []auth.Scope) string {
-	names := []string{string(auth.Admin)}
-	for _, s := range scopes {
-		if s != auth.Admin {
-			names = append(names, string(s))
-		}
-	}
-	return strings.Join(names, " or ")
 }

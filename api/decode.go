@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -29,19 +28,10 @@ const (
 // none of types. A charset other than UTF-8 is refused too: every body is
 // read as UTF-8.
 func requireMedia(types ...string) echo.MiddlewareFunc {
-	want := strings.Join(types, " or ")
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ct := c.Request().Header.Get(echo.HeaderContentType)
-			// A bare media type, the common case, needs no parsing.
-			if !slices.Contains(types, ct) {
-				mt, params, err := mime.ParseMediaType(ct)
-				if err != nil || !slices.Contains(types, mt) {
-					return errorf(errUnsupportedMedia, "the body must be %s, with a Content-Type header saying so", want)
-				}
-				if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-					return errorf(errUnsupportedMedia, "the body must be UTF-8, not %s", cs)
-				}
+			if msg := input.MediaProblem(c.Request().Header.Get(echo.HeaderContentType), types...); msg != "" {
+				return errorf(errUnsupportedMedia, "%s", msg)
 			}
 			return next(c)
 		}

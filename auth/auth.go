@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -145,3 +146,45 @@ func (s *Set) Authenticate(secret string) (Principal, bool) {
 
 // Len is the number of working tokens, the bootstrap token excluded.
 func (s *Set) Len() int { return len(s.byHash) }
+
+// Authenticator knows the tokens; *Keeper is one.
+type Authenticator interface {
+	Authenticate(secret string) (Principal, bool)
+}
+
+// Refusal says why a request's credentials are refused, in words for its
+// client, so that every front end refuses alike.
+type Refusal struct {
+	// Forbidden is a known token whose scope may not do this (HTTP 403);
+	// otherwise the token is missing or unknown (HTTP 401).
+	Forbidden bool
+	// Challenge is the WWW-Authenticate value of a 401.
+	Challenge string
+	Detail    string
+}
+
+// Authorize checks the value of an Authorization header, "Bearer <token>",
+// and that the token's scope is one of scopes (admin passes everywhere).
+func Authorize(a Authenticator, header string, scopes ...Scope) (Principal, *Refusal) {
+	scheme, secret, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd"`,
+			Detail: "an Authorization: Bearer <token> header is required"}
+	}
+	p, ok := a.Authenticate(strings.TrimSpace(secret))
+	if !ok {
+		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd", error="invalid_token"`,
+			Detail: "the token is unknown or revoked"}
+	}
+	if !p.Scope.Allows(scopes...) {
+		names := []string{string(Admin)}
+		for _, s := range scopes {
+			if s != Admin {
+				names = append(names, string(s))
+			}
+		}
+		return Principal{}, &Refusal{Forbidden: true,
+			Detail: "a token of scope " + strconv.Quote(string(p.Scope)) + " may not do this; it needs " + strings.Join(names, " or ")}
+	}
+	return p, nil
+}

@@ -86,3 +86,43 @@ func TestKeeper(t *testing.T) {
 		t.Fatal("a revoked token still works")
 	}
 }
+
+// tokens authenticates a fixed set of secrets.
+type tokens map[string]auth.Scope
+
+func (t tokens) Authenticate(secret string) (auth.Principal, bool) {
+	s, ok := t[secret]
+	return auth.Principal{Name: secret, Scope: s}, ok
+}
+
+func TestAuthorize(t *testing.T) {
+	known := tokens{"rlt_support": auth.Support, "rlt_admin": auth.Admin}
+	for _, tc := range []struct {
+		header    string
+		principal string
+		forbidden bool
+		detail    string
+	}{
+		{"Bearer rlt_support", "rlt_support", false, ""},
+		{"bearer  rlt_admin ", "rlt_admin", false, ""},
+		{"", "", false, "an Authorization: Bearer <token> header is required"},
+		{"Basic rlt_support", "", false, "an Authorization: Bearer <token> header is required"},
+		{"Bearer   ", "", false, "an Authorization: Bearer <token> header is required"},
+		{"Bearer rlt_other", "", false, "the token is unknown or revoked"},
+		{"Bearer rlt_support", "", true, `a token of scope "support" may not do this; it needs admin or decide`},
+	} {
+		scopes := []auth.Scope{auth.Support}
+		if tc.forbidden {
+			scopes = []auth.Scope{auth.Admin, auth.Decide}
+		}
+		p, refused := auth.Authorize(known, tc.header, scopes...)
+		switch {
+		case tc.detail == "" && (refused != nil || p.Name != tc.principal):
+			t.Errorf("%q: %+v, %+v", tc.header, p, refused)
+		case tc.detail != "" && (refused == nil || refused.Detail != tc.detail || refused.Forbidden != tc.forbidden):
+			t.Errorf("%q: refused %+v, want %q", tc.header, refused, tc.detail)
+		case refused != nil && !refused.Forbidden && !strings.HasPrefix(refused.Challenge, "Bearer realm="):
+			t.Errorf("%q: a 401 without a challenge: %+v", tc.header, refused)
+		}
+	}
+}

@@ -14,11 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -198,8 +196,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 	if err := h.authorize(w, r, rt.scopes); err != nil {
 		return err
 	}
-	if err := requireJSON(r); err != nil {
-		return err
+	if msg := input.MediaProblem(r.Header.Get("Content-Type"), "application/json"); msg != "" {
+		return &problem{status: http.StatusUnsupportedMediaType, detail: msg}
 	}
 	if r.ContentLength > maxBody {
 		return tooLarge()
@@ -213,41 +211,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 
 // authorize checks the bearer token and its scope.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, scopes []auth.Scope) error {
-	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimitd"`)
-		return &problem{status: http.StatusUnauthorized, detail: "an Authorization: Bearer <token> header is required"}
-	}
-	p, ok := h.cfg.Auth.Authenticate(strings.TrimSpace(secret))
-	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimitd", error="invalid_token"`)
-		return &problem{status: http.StatusUnauthorized, detail: "the token is unknown or revoked"}
-	}
-	if !p.Scope.Allows(scopes...) {
-		names := []string{string(auth.Admin)}
-		for _, s := range scopes {
-			names = append(names, string(s))
-		}
-		return &problem{status: http.StatusForbidden, detail: fmt.Sprintf("a token of scope %q may not do this; it needs %s",
-			p.Scope, strings.Join(names, " or "))}
-	}
-	return nil
-}
-
-// requireJSON refuses a body that is not declared JSON in UTF-8.
-func requireJSON(r *http.Request) error {
-	ct := r.Header.Get("Content-Type")
-	if ct == "application/json" {
+	_, refused := auth.Authorize(h.cfg.Auth, r.Header.Get("Authorization"), scopes...)
+	switch {
+	case refused == nil:
 		return nil
+	case refused.Forbidden:
+		return &problem{status: http.StatusForbidden, detail: refused.Detail}
 	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil || mt != "application/json" {
-		return &problem{status: http.StatusUnsupportedMediaType, detail: "the body must be application/json, with a Content-Type header saying so"}
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return &problem{status: http.StatusUnsupportedMediaType, detail: "the body must be UTF-8, not " + cs}
-	}
-	return nil
+	w.Header().Set("WWW-Authenticate", refused.Challenge)
+	return &problem{status: http.StatusUnauthorized, detail: refused.Detail}
 }
 
 // decide answers a check, spend, refund or settle. A decision is always a 200,

@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -504,4 +505,22 @@ func (o Object) Objects(name string, each func(int, Object)) (n int, ok bool) {
 		each(i, Object{b: o.b, n: item, path: ip})
 	}
 	return len(v.items), true
+}
+
+// MediaProblem says why a body declared by the Content-Type value ct
+// cannot be read as one of types, "" when it can: the type is missing or
+// another, or the charset is not UTF-8, as every body is read as UTF-8.
+func MediaProblem(ct string, types ...string) string {
+	// A bare media type, the common case, needs no parsing.
+	if slices.Contains(types, ct) {
+		return ""
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || !slices.Contains(types, mt) {
+		return "the body must be " + strings.Join(types, " or ") + ", with a Content-Type header saying so"
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return "the body must be UTF-8, not " + cs
+	}
+	return ""
 }

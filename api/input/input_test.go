@@ -150,3 +150,19 @@ func TestErrorsCopy(t *testing.T) {
 		t.Errorf("original: %q", got)
 	}
 }
+
+func TestMediaProblem(t *testing.T) {
+	for ct, want := range map[string]string{
+		"application/json":                 "",
+		"application/json; charset=UTF-8":  "",
+		"application/yaml":                 "",
+		"application/json; charset=latin1": "the body must be UTF-8, not latin1",
+		"":                                 "the body must be application/json or application/yaml, with a Content-Type header saying so",
+		"text/plain":                       "the body must be application/json or application/yaml, with a Content-Type header saying so",
+		"application/json/x":               "the body must be application/json or application/yaml, with a Content-Type header saying so",
+	} {
+		if got := input.MediaProblem(ct, "application/json", "application/yaml"); got != want {
+			t.Errorf("%q: %q, want %q", ct, got, want)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -143,17 +142,13 @@ func authorize(a Authenticator) grpc.UnaryServerInterceptor {
 		if len(values) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
 		}
-		secret, ok := strings.CutPrefix(values[0], "Bearer ")
-		if !ok {
-			return nil, status.Error(codes.Unauthenticated, "the authorization metadata must be Bearer <token>")
+		switch _, refused := auth.Authorize(a, values[0], auth.Decide); {
+		case refused == nil:
+			return handler(ctx, req)
+		case refused.Forbidden:
+			return nil, status.Error(codes.PermissionDenied, refused.Detail)
+		default:
+			return nil, status.Error(codes.Unauthenticated, refused.Detail)
 		}
-		p, ok := a.Authenticate(secret)
-		if !ok {
-			return nil, status.Error(codes.Unauthenticated, "unknown or revoked token")
-		}
-		if !p.Scope.Allows(auth.Decide) {
-			return nil, status.Error(codes.PermissionDenied, "the token's scope "+string(p.Scope)+" may not decide; use a decide or admin token")
-		}
-		return handler(ctx, req)
 	}
 }
