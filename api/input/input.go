@@ -132,7 +132,9 @@ func Parse(data []byte) (*Body, error) {
 	case errors.Is(se.Err, jsontext.ErrDuplicateName):
 		return nil, &Error{Detail: "the body has the wrong shape", Fields: []limiter.FieldError{{Field: field, Message: "duplicate key"}}}
 	case strings.Contains(se.Err.Error(), "UTF-8") || strings.Contains(se.Err.Error(), "surrogate"):
-		// Where no field can be named, the body is.
+		// jsontext keeps its error for these unexported, so its words are
+		// matched; TestUnreadable fails should they change. Where no field
+		// can be named, the body is.
 		return nil, &Error{Detail: "the body is not valid UTF-8", Fields: []limiter.FieldError{{Field: cmp.Or(field, "body"), Message: "is not valid UTF-8"}}}
 	case !utf8.Valid(data):
 		// A bad byte that the syntax error came before, or after the value.
