@@ -167,6 +167,8 @@ type answer struct {
 	listing []byte
 	// race holds the answers of the operations of an opRace.
 	race []answer
+	// order says how a problem's field errors are out of body order.
+	order string
 }
 
 // mismatchf words a difference between the service and the model.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -596,6 +597,9 @@ func execute(t *testing.T, env func(*testing.T) map[string]string, n int, next f
 		ops = append(ops, next(m, i))
 		o := &ops[i]
 		a := d.do(o)
+		if a.order != "" {
+			return ops, i, a.order + serviceErrors(svc.stderr.String()), d.tally
+		}
 		if msg := m.apply(o, a); msg != "" {
 			return ops, i, msg + serviceErrors(svc.stderr.String()), d.tally
 		}
@@ -685,7 +689,8 @@ func (d *driver) call(method, path, secret, contentType string, body []byte) ans
 func (d *driver) json(method, path string, v map[string]any) answer {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, k := range sortedKeys(v) {
+	keys := keyOrder(v)
+	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -705,7 +710,61 @@ func (d *driver) json(method, path string, v map[string]any) answer {
 	if method == http.MethodPatch {
 		ctype = "application/merge-patch+json"
 	}
-	return d.call(method, path, "", ctype, b.Bytes())
+	a := d.call(method, path, "", ctype, b.Bytes())
+	a.order = errorOrder(a, func(field string) int {
+		// Fields the body lacks, and headers, come after those it has.
+		if i := slices.Index(keys, field); i >= 0 {
+			return i
+		}
+		return len(keys)
+	})
+	return a
+}
+
+// keyOrder is the order in which json writes the keys of v: shuffled by
+// the keys themselves, so that bodies come in many orders while a replayed
+// sequence sends the same bytes.
+func keyOrder(v map[string]any) []string {
+	keys := sortedKeys(v)
+	h := fnv.New64a()
+	for _, k := range keys {
+		h.Write([]byte(k))
+	}
+	rand.New(rand.NewPCG(h.Sum64(), 0)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys
+}
+
+// errorOrder checks that the field errors of a 400 or 422 come in the
+// order their fields stand in the body, by rank: a description of the
+// first that does not, else "".
+func errorOrder(a answer, rank func(field string) int) string {
+	if a.status != http.StatusBadRequest && a.status != http.StatusUnprocessableEntity {
+		return ""
+	}
+	var p struct{ Errors []struct{ Field string } }
+	if err := json.Unmarshal(a.body, &p); err != nil {
+		return mismatchf("a %d that is no problem: %s", a.status, clip(a.body))
+	}
+	for i := 1; i < len(p.Errors); i++ {
+		if rank(p.Errors[i].Field) < rank(p.Errors[i-1].Field) {
+			return mismatchf("field errors out of body order: %s", clip(a.body))
+		}
+	}
+	return ""
+}
+
+// bucketRank ranks the fields of a decision body as bucketsJSON writes
+// them: the list, then each bucket, its limit, its bucket id and its cost.
+func bucketRank(field string) int {
+	if field == "buckets" {
+		return 0
+	}
+	var i int
+	if _, err := fmt.Sscanf(field, "buckets[%d]", &i); err != nil {
+		return 1 << 30
+	}
+	_, key, _ := strings.Cut(field, "].")
+	return 1 + 4*i + map[string]int{"": 0, "limit": 1, "bucket_id": 2, "cost": 3}[key]
 }
 
 func paramsJSON(p modelParams, into map[string]any) map[string]any {
@@ -800,9 +859,13 @@ func (d *driver) do(o *op) answer {
 			}
 		}
 		path := map[opKind]string{opCheck: "/v1/check", opSpend: "/v1/spend", opRefund: "/v1/refund"}[o.kind]
-		return d.call(http.MethodPost, path, secret, "application/json", bucketsJSON(o.buckets, true))
+		a := d.call(http.MethodPost, path, secret, "application/json", bucketsJSON(o.buckets, true))
+		a.order = errorOrder(a, bucketRank)
+		return a
 	case opReset:
-		return d.call(http.MethodPost, "/v1/buckets/reset", "", "application/json", bucketsJSON(o.buckets, false))
+		a := d.call(http.MethodPost, "/v1/buckets/reset", "", "application/json", bucketsJSON(o.buckets, false))
+		a.order = errorOrder(a, bucketRank)
+		return a
 	case opClock:
 		d.clock.Advance(o.step)
 		return answer{}
