@@ -179,7 +179,7 @@ func patchFromBody(b *input.Body, now time.Time) *overridePatch {
 	if !p.params.any() && p.unlimited == nil && p.comment == nil && p.enabled == nil && !o.Has("expires_at") {
 		b.Errs.Add("body", "must change at least one field")
 	}
-	p.errs = b.Errs
+	p.errs = b.Errs.Clone()
 	return p
 }
 
@@ -188,7 +188,7 @@ func patchFromBody(b *input.Body, now time.Time) *overridePatch {
 // transaction rolls back with one 422.
 func (p *overridePatch) apply(o *limiter.Override) error {
 	// A copy, so that apply leaves the patch as it found it.
-	errs := p.errs
+	errs := p.errs.Clone()
 	wasLimited := !o.Unlimited
 	if p.unlimited != nil {
 		o.Unlimited = *p.unlimited

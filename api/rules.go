@@ -48,7 +48,7 @@ func ruleFromBody(b *input.Body) limiter.Rule {
 func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.DescriptorEntry) {
 	domain, _ := o.String("domain")
 	var entries []limiter.DescriptorEntry
-	o.Objects("descriptor", func(i int, e input.Object) {
+	n, _ := o.Objects("descriptor", limiter.MaxDescriptorEntries, func(i int, e input.Object) {
 		e.Require("key")
 		var entry limiter.DescriptorEntry
 		entry.Key, _ = e.String("key")
@@ -60,6 +60,9 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 		}
 		entries = append(entries, entry)
 	})
+	if msg := limiter.DescriptorSizeProblem(n); n > 0 && msg != "" {
+		errs.Add("descriptor", msg)
+	}
 	return domain, entries
 }
 

@@ -93,8 +93,8 @@ func ValidateDescriptor(domain string, entries []DescriptorEntry) []FieldError {
 	if msg := DescriptorTextProblem(domain); msg != "" {
 		ve.Add("domain", msg)
 	}
-	if len(entries) == 0 || len(entries) > MaxDescriptorEntries {
-		ve.Add("descriptor", "must hold 1 to "+strconv.Itoa(MaxDescriptorEntries)+" entries")
+	if msg := DescriptorSizeProblem(len(entries)); msg != "" {
+		ve.Add("descriptor", msg)
 	}
 	for i, e := range entries {
 		field := "descriptor[" + strconv.Itoa(i) + "]"
@@ -108,6 +108,15 @@ func ValidateDescriptor(domain string, entries []DescriptorEntry) []FieldError {
 		}
 	}
 	return ve.Fields
+}
+
+// DescriptorSizeProblem says what is wrong with a descriptor of n
+// entries, "" when nothing is.
+func DescriptorSizeProblem(n int) string {
+	if n == 0 || n > MaxDescriptorEntries {
+		return "must hold 1 to " + strconv.Itoa(MaxDescriptorEntries) + " entries"
+	}
+	return ""
 }
 
 // CheckLimit says what keeps limit l from serving r, "" when nothing does:

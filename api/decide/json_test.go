@@ -3,6 +3,7 @@ package decide
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -114,5 +115,23 @@ func TestSurrogateEscapes(t *testing.T) {
 		if ok && (len(reqs) != 1 || strings.ContainsRune(reqs[0].BucketID, '\ufffd')) {
 			t.Errorf("%s: %+v", body, reqs)
 		}
+	}
+}
+
+// TestHugeBatchReadsOnlyTheMost: a batch far beyond limiter.MaxBatch is
+// read no further than that, so that its answer, the count's error and
+// those of the first buckets, stays small whatever the body's size.
+func TestHugeBatchReadsOnlyTheMost(t *testing.T) {
+	body := `{"buckets":[` + strings.Repeat(`{},`, 50000) + `{}]}`
+	reqs, errs, err := decodeStrict([]byte(body), nil, costed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ve *limiter.ValidationError
+	if !errors.As(errs.Err(), &ve) || len(reqs) != limiter.MaxBatch || len(ve.Fields) != 1+2*limiter.MaxBatch {
+		t.Fatalf("%d requests, errors %v", len(reqs), errs.Err())
+	}
+	if f := ve.Fields[0]; f.Field != "buckets" || f.Message != "must hold at most 100 items" {
+		t.Errorf("first error %+v", f)
 	}
 }

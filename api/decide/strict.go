@@ -21,7 +21,7 @@ func decodeStrict(body []byte, dst []limiter.Request, f form) ([]limiter.Request
 	}
 	o := b.Root()
 	o.Require("buckets")
-	n, ok := o.Objects("buckets", func(_ int, bucket input.Object) {
+	n, ok := o.Objects("buckets", limiter.MaxBatch, func(_ int, bucket input.Object) {
 		dst = append(dst, readBucket(bucket, f, &b.Errs))
 	})
 	switch {

@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"errors"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -72,9 +73,10 @@ type node struct {
 	text    string // a string's value, a number's literal
 	members []member
 	items   []*node
-	// wrong is set when the value is of the wrong type: its contents are
-	// not the request's, so none of them is an unknown field.
-	wrong bool
+	// ignored is set when the value's contents are not the request's: it
+	// is of the wrong type, or an item beyond what its reader takes. None
+	// of them is an unknown field.
+	ignored bool
 }
 
 type member struct {
@@ -237,7 +239,7 @@ func (b *Body) wrong(path string, n *node, want string) {
 	if path == "" {
 		path = "body"
 	}
-	n.wrong = true
+	n.ignored = true
 	b.shape = append(b.shape, fieldAt{limiter.FieldError{Field: path, Message: msg}, n.off})
 }
 
@@ -268,7 +270,7 @@ func (b *Body) Err() error {
 
 // unknown records the members of n and its children that were not read.
 func (b *Body) unknown(n *node, at string) {
-	if n == nil || n.wrong {
+	if n == nil || n.ignored {
 		return
 	}
 	for _, m := range n.members {
@@ -305,10 +307,12 @@ func plain(fields []fieldAt) []limiter.FieldError {
 // Errors collects the invalid values of one request, from every check that
 // looks at it: the converters', the domain's, the database's. A field keeps
 // its first error only, so that "is required" is not followed by the
-// domain's complaint about the zero value that stood in for the field. It
-// is a value: a copy can be added to without changing the original.
+// domain's complaint about the zero value that stood in for the field.
 type Errors struct {
 	fields []fieldAt
+	// seen indexes fields by name: a body of many bad buckets can hold
+	// tens of thousands of errors.
+	seen map[string]struct{}
 	// at is shared with the Body, and only read here.
 	at map[string]int64
 }
@@ -326,8 +330,20 @@ func (e *Errors) Add(field, message string) {
 			break
 		}
 	}
-	// Clip, so that a copy appends to an array of its own.
-	e.fields = append(slices.Clip(e.fields), fieldAt{limiter.FieldError{Field: field, Message: message}, off})
+	if e.seen == nil {
+		e.seen = map[string]struct{}{}
+	}
+	e.seen[field] = struct{}{}
+	e.fields = append(e.fields, fieldAt{limiter.FieldError{Field: field, Message: message}, off})
+}
+
+// Clone returns a copy of e that can be added to without changing e.
+func (e *Errors) Clone() Errors {
+	c := Errors{fields: slices.Clone(e.fields), at: e.at}
+	if e.seen != nil {
+		c.seen = maps.Clone(e.seen)
+	}
+	return c
 }
 
 // Merge adds every error of fields whose field is not invalid yet.
@@ -337,10 +353,10 @@ func (e *Errors) Merge(fields []limiter.FieldError) {
 	}
 }
 
-// Has reports whether field is invalid already. The lists are short: a
-// request names a few fields, or a batch's few per bucket.
+// Has reports whether field is invalid already.
 func (e *Errors) Has(field string) bool {
-	return slices.ContainsFunc(e.fields, func(f fieldAt) bool { return f.Field == field })
+	_, ok := e.seen[field]
+	return ok
 }
 
 // Empty reports whether no value is invalid.
@@ -485,9 +501,12 @@ func (o Object) Null(name string) bool {
 	return false
 }
 
-// Objects reads an array of objects, calling each for every item; ok is
-// false when the member is absent or not an array.
-func (o Object) Objects(name string, each func(int, Object)) (n int, ok bool) {
+// Objects reads an array of objects, calling each for its first most
+// items; the others are left unread, so that a huge array costs no more
+// than most items, and the caller words the error of a count above most.
+// It returns the count of items; ok is false when the member is absent or
+// not an array.
+func (o Object) Objects(name string, most int, each func(int, Object)) (n int, ok bool) {
 	v := o.get(name)
 	p := Join(o.path, name)
 	switch {
@@ -498,6 +517,10 @@ func (o Object) Objects(name string, each func(int, Object)) (n int, ok bool) {
 		return 0, false
 	}
 	for i, item := range v.items {
+		if i >= most {
+			item.ignored = true
+			continue
+		}
 		ip := Index(p, i)
 		if item.kind != '{' {
 			o.b.wrong(ip, item, "an object")

@@ -46,7 +46,7 @@ func read(b *input.Body) {
 	if !o.Null("expires") {
 		o.String("expires")
 	}
-	o.Objects("items", func(_ int, item input.Object) {
+	o.Objects("items", 2, func(_ int, item input.Object) {
 		item.Require("key")
 		item.String("key")
 	})
@@ -73,6 +73,7 @@ func TestBodies(t *testing.T) {
 		{"shape wins over values", `{"name":"","burst":"x","items":[]}`, "shape", []string{"burst: must be an integer"}},
 		{"the contents of a wrong value are not unknown", `{"name":{"x":1},"burst":1,"items":{"key":"k"}}`, "shape",
 			[]string{"name: must be a string", "items: must be an array"}},
+		{"items beyond the reader's are not read", `{"name":"a","burst":1,"items":[{"key":"k"},{"key":"k"},{"x":1},{}]}`, "", nil},
 		{"null is not a value", `{"name":null,"burst":1,"items":null}`, "shape",
 			[]string{"name: must not be null", "items: must not be null"}},
 		{"null where it means none", `{"name":"a","burst":1,"items":[],"expires":null}`, "", nil},
@@ -128,7 +129,7 @@ func TestUnreadable(t *testing.T) {
 	}
 }
 
-// TestErrorsCopy: a copy of Errors is added to without changing the
+// TestErrorsCopy: a clone of Errors is added to without changing the
 // original, so that a PATCH can add the errors of each attempt to the
 // body's.
 func TestErrorsCopy(t *testing.T) {
@@ -140,7 +141,7 @@ func TestErrorsCopy(t *testing.T) {
 	b.Root().String("b")
 	b.Errs.Add("b", "is bad")
 	for range 2 {
-		c := b.Errs
+		c := b.Errs.Clone()
 		c.Add("a", "is worse")
 		if _, got := fields(t, c.Err()); !slices.Equal(got, []string{"a: is worse", "b: is bad"}) {
 			t.Errorf("copy: %q", got)

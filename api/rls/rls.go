@@ -166,8 +166,8 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 	for i, d := range descriptors {
 		field := "descriptors[" + strconv.Itoa(i) + "]"
 		entries := d.GetEntries()
-		if len(entries) == 0 || len(entries) > limiter.MaxDescriptorEntries {
-			return invalid(field + ".entries: must hold 1 to " + strconv.Itoa(limiter.MaxDescriptorEntries) + " entries")
+		if msg := limiter.DescriptorSizeProblem(len(entries)); msg != "" {
+			return invalid(field + ".entries: " + msg)
 		}
 		b.entries = b.entries[:0]
 		for k, e := range entries {
