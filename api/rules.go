@@ -60,8 +60,9 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 		}
 		entries = append(entries, entry)
 	})
-	if msg := limiter.DescriptorSizeProblem(n); n > 0 && msg != "" {
-		errs.Add("descriptor", msg)
+	// The entries beyond the most were not read; the domain sees the rest.
+	if n > limiter.MaxDescriptorEntries {
+		errs.Add("descriptor", limiter.DescriptorSizeProblem(n))
 	}
 	return domain, entries
 }
