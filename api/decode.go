@@ -94,22 +94,22 @@ func sortedKeys[V any](m map[string]V) []string {
 // forms send every field.
 type query struct {
 	values map[string][]string
-	fs     *input.Errors
+	errs   *input.Errors
 }
 
 // readQuery checks that the query string of c holds only the parameters
 // known.
-func readQuery(c echo.Context, fs *input.Errors, known ...string) query {
-	q := query{values: c.QueryParams(), fs: fs}
+func readQuery(c echo.Context, errs *input.Errors, known ...string) query {
+	q := query{values: c.QueryParams(), errs: errs}
 	for _, name := range sortedKeys(q.values) {
 		switch {
 		case !slices.Contains(known, name):
-			fs.Add(name, "unknown parameter; known are "+strings.Join(known, ", "))
+			errs.Add(name, "unknown parameter; known are "+strings.Join(known, ", "))
 		case len(q.values[name]) > 1:
-			fs.Add(name, "must be given at most once")
+			errs.Add(name, "must be given at most once")
 		default:
 			if msg := limiter.CharProblem(q.values[name][0]); msg != "" {
-				fs.Add(name, msg)
+				errs.Add(name, msg)
 			}
 		}
 	}
@@ -124,23 +124,23 @@ func readQuery(c echo.Context, fs *input.Errors, known ...string) query {
 func pathParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		escaped := c.Request().URL.RawPath != ""
-		var fs input.Errors
+		var errs input.Errors
 		values := c.ParamValues()
 		for i, name := range c.ParamNames() {
 			v := values[i]
 			if escaped {
 				var err error
 				if v, err = url.PathUnescape(v); err != nil {
-					fs.Add(name, "is not percent-encoded correctly")
+					errs.Add(name, "is not percent-encoded correctly")
 					continue
 				}
 			}
 			if msg := limiter.CharProblem(v); msg != "" {
-				fs.Add(name, msg)
+				errs.Add(name, msg)
 			}
 			values[i] = v
 		}
-		if err := fs.Err(); err != nil {
+		if err := errs.Err(); err != nil {
 			return err
 		}
 		c.SetParamValues(values...)
@@ -166,7 +166,7 @@ func (q query) boolean(name string) *bool {
 		b = true
 	case "false":
 	default:
-		q.fs.Add(name, "must be true or false")
+		q.errs.Add(name, "must be true or false")
 		return nil
 	}
 	return &b
@@ -180,7 +180,7 @@ func (q query) integer(name string, lo, hi, def int) int {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
-		q.fs.Add(name, "must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
+		q.errs.Add(name, "must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
 		return def
 	}
 	return n
@@ -191,7 +191,7 @@ func (q query) integer(name string, lo, hi, def int) int {
 func (q query) required(name string) string {
 	v := q.str(name)
 	if v == "" {
-		q.fs.Add(name, "is required")
+		q.errs.Add(name, "is required")
 	}
 	return v
 }

@@ -64,11 +64,11 @@ func (e *importFailure) problem(p *Problem) any {
 // importFile reads limits or overrides in Boulder's YAML formats, or an
 // envoyproxy/ratelimit configuration, all or nothing.
 func (s *Server) importFile(c echo.Context) error {
-	var fs input.Errors
-	q := readQuery(c, &fs, "kind", "dry_run")
+	var errs input.Errors
+	q := readQuery(c, &errs, "kind", "dry_run")
 	kind := kindParam(q)
 	dryRun := q.boolean("dry_run")
-	if err := fs.Err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	data, err := readBody(c.Request())
@@ -89,17 +89,17 @@ func (s *Server) importFile(c echo.Context) error {
 // exportFile writes limits or overrides in the formats importFile reads,
 // or the rules of one domain as an Envoy configuration.
 func (s *Server) exportFile(c echo.Context) error {
-	var fs input.Errors
-	q := readQuery(c, &fs, "kind", "domain")
+	var errs input.Errors
+	q := readQuery(c, &errs, "kind", "domain")
 	kind := kindParam(q)
 	domain := q.str("domain")
 	switch {
 	case kind == limitfile.Envoy && domain == "":
-		fs.Add("domain", "is required with kind=envoy")
+		errs.Add("domain", "is required with kind=envoy")
 	case kind != limitfile.Envoy && domain != "":
-		fs.Add("domain", "is only for kind=envoy")
+		errs.Add("domain", "is only for kind=envoy")
 	}
-	if err := fs.Err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	var data []byte
@@ -123,7 +123,7 @@ func kindParam(q query) limitfile.Kind {
 	}
 	kind, err := limitfile.ParseKind(v)
 	if err != nil {
-		q.fs.Add("kind", `must be "defaults", "overrides" or "envoy"`)
+		q.errs.Add("kind", `must be "defaults", "overrides" or "envoy"`)
 	}
 	return kind
 }

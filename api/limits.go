@@ -64,12 +64,12 @@ func limitFromBody(b *input.Body, name string) limiter.Limit {
 	return l
 }
 
-// parsePeriod parses a Go duration, adding an error for field to fs when
-// it does not parse. Its range is the domain's to check.
-func parsePeriod(s, field string, fs *input.Errors) time.Duration {
+// parsePeriod parses a Go duration, adding an error for field to errs
+// when it does not parse. Its range is the domain's to check.
+func parsePeriod(s, field string, errs *input.Errors) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		fs.Add(field, `must be a Go duration such as "1s", "180m" or "168h"`)
+		errs.Add(field, `must be a Go duration such as "1s", "180m" or "168h"`)
 	}
 	return d
 }

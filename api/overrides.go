@@ -330,21 +330,21 @@ func (s *Server) createOverride(c echo.Context) error {
 }
 
 // canonicalise reads the limit of o and canonicalises o's bucket id by its
-// id format, adding the field errors to fs. It serves error reports only:
+// id format, adding the field errors to errs. It serves error reports only:
 // the write canonicalises again under the lock.
-func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, fs *input.Errors) error {
-	if fs.Has("limit") || o.Limit == "" {
+func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, errs *input.Errors) error {
+	if errs.Has("limit") || o.Limit == "" {
 		return nil
 	}
 	l, err := s.cfg.Limits.GetLimit(ctx, o.Limit)
 	if errors.Is(err, limiter.ErrLimitNotFound) {
-		fs.Add("limit", "unknown limit")
+		errs.Add("limit", "unknown limit")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fs.Merge(o.Normalize(l))
+	errs.Merge(o.Normalize(l))
 	return nil
 }
 
@@ -454,8 +454,8 @@ const (
 // listOverrides searches overrides. A bucket id is canonicalised first, so
 // that any notation finds the override.
 func (s *Server) listOverrides(c echo.Context) error {
-	var fs input.Errors
-	q := readQuery(c, &fs, "limit", "bucket_id", "enabled", "q", "page_size", "page_token")
+	var errs input.Errors
+	q := readQuery(c, &errs, "limit", "bucket_id", "enabled", "q", "page_size", "page_token")
 	f := limiter.OverrideFilter{
 		Limit:     q.str("limit"),
 		Enabled:   q.boolean("enabled"),
@@ -464,22 +464,22 @@ func (s *Server) listOverrides(c echo.Context) error {
 		PageToken: q.str("page_token"),
 	}
 	if f.Limit != "" {
-		checkLimitName(f.Limit, "limit", &fs)
+		checkLimitName(f.Limit, "limit", &errs)
 	}
-	if bucket := q.str("bucket_id"); bucket != "" && !fs.Has("limit") {
-		ids, err := s.bucketFilter(c.Request().Context(), f.Limit, bucket, &fs)
+	if bucket := q.str("bucket_id"); bucket != "" && !errs.Has("limit") {
+		ids, err := s.bucketFilter(c.Request().Context(), f.Limit, bucket, &errs)
 		if err != nil {
 			return err
 		}
 		f.BucketIDs = ids
-	} else if f.Limit != "" && !fs.Has("limit") {
+	} else if f.Limit != "" && !errs.Has("limit") {
 		if _, err := s.cfg.Limits.GetLimit(c.Request().Context(), f.Limit); errors.Is(err, limiter.ErrLimitNotFound) {
-			fs.Add("limit", "unknown limit")
+			errs.Add("limit", "unknown limit")
 		} else if err != nil {
 			return err
 		}
 	}
-	if err := fs.Err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	page, next, err := s.cfg.Overrides.ListOverrides(c.Request().Context(), f)
@@ -496,12 +496,12 @@ func (s *Server) listOverrides(c echo.Context) error {
 // bucketFilter canonicalises a bucket id by the id format of the limit
 // called name, or, without a name, by every limit's format, and returns the
 // distinct canonical forms. An id that no format accepts is a field error.
-func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *input.Errors) ([]string, error) {
+func (s *Server) bucketFilter(ctx context.Context, name, bucket string, errs *input.Errors) ([]string, error) {
 	var limits []limiter.Limit
 	if name != "" {
 		l, err := s.cfg.Limits.GetLimit(ctx, name)
 		if errors.Is(err, limiter.ErrLimitNotFound) {
-			fs.Add("limit", "unknown limit")
+			errs.Add("limit", "unknown limit")
 			return nil, nil
 		}
 		if err != nil {
@@ -534,9 +534,9 @@ func (s *Server) bucketFilter(ctx context.Context, name, bucket string, fs *inpu
 	switch {
 	case len(ids) > 0:
 	case name != "" && firstErr != nil:
-		fs.Add("bucket_id", firstErr.Error())
+		errs.Add("bucket_id", firstErr.Error())
 	default:
-		fs.Add("bucket_id", "is not a valid bucket id of any limit")
+		errs.Add("bucket_id", "is not a valid bucket id of any limit")
 	}
 	return ids, nil
 }

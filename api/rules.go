@@ -114,9 +114,9 @@ func (s *Server) createRule(c echo.Context) error {
 }
 
 func (s *Server) listRules(c echo.Context) error {
-	var fs input.Errors
-	q := readQuery(c, &fs, "domain")
-	if err := fs.Err(); err != nil {
+	var errs input.Errors
+	q := readQuery(c, &errs, "domain")
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	rules, err := s.cfg.Rules.ListRules(c.Request().Context(), q.str("domain"))
