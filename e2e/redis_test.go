@@ -66,8 +66,20 @@ func testRedisFault(t *testing.T, fault, mode string) {
 	}
 	const workers = 3
 	clients := make([]*client.ClientWithResponses, workers)
+	transports := make([]*http.Transport, workers)
 	for i := range clients {
-		clients[i] = newClient(t, svc.url, decide, 50)
+		transports[i] = http.DefaultTransport.(*http.Transport).Clone()
+		transports[i].MaxIdleConnsPerHost = 32
+		clients[i] = newClientOn(t, svc.url, decide, 50, transports[i])
+	}
+	// The load's idle keep-alive connections, and the server's goroutine
+	// and descriptor for each, are the test's, not the service's: a stalled
+	// store holds requests longer, and the clients open more. They are
+	// closed before each count.
+	closeIdle := func() {
+		for _, tr := range transports {
+			tr.CloseIdleConnections()
+		}
 	}
 	body := func(w, i int) client.DecisionRequest {
 		return bucket("RedisFault", fmt.Sprintf("w%d-%d", w, i%64))
@@ -82,8 +94,8 @@ func testRedisFault(t *testing.T, fault, mode string) {
 	}
 
 	// The baseline is taken between two loads on the same clients, so
-	// that both counts include their idle keep-alive connections, the
-	// readiness probe's and the Redis pool the first load filled.
+	// that both counts include the readiness probe's keep-alive connection
+	// and the Redis pool the first load filled.
 	ready := watchReadiness(t, svc)
 	warm := startLoad(t, clients, workers, 2*time.Millisecond, body)
 	waitFor(t, 20*time.Second, "warm-up", func() bool { return len(warm.since(time.Time{})) >= 300 })
@@ -92,6 +104,7 @@ func testRedisFault(t *testing.T, fault, mode string) {
 			t.Fatalf("before the fault: a %v answer (%s)", s.answer, s.what)
 		}
 	}
+	closeIdle()
 	time.Sleep(200 * time.Millisecond)
 	before := svc.metrics("go_goroutines", "process_open_fds")
 	redisBefore := redisClients(t, rs.Addr())
@@ -181,6 +194,7 @@ func testRedisFault(t *testing.T, fault, mode string) {
 	var after map[string]float64
 	var redisAfter int
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		closeIdle()
 		after = svc.metrics("go_goroutines", "process_open_fds")
 		redisAfter = redisClients(t, rs.Addr())
 		extraConns := max(0, redisAfter-redisBefore)

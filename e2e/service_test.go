@@ -264,6 +264,12 @@ func (s *service) admin() *client.ClientWithResponses { return s.client(s.bootst
 func newClient(t testing.TB, base, token string, validateEvery int) *client.ClientWithResponses {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
+	return newClientOn(t, base, token, validateEvery, tr)
+}
+
+// newClientOn is newClient over the transport tr, for a test that closes
+// its idle connections.
+func newClientOn(t testing.TB, base, token string, validateEvery int, tr *http.Transport) *client.ClientWithResponses {
 	hc := &http.Client{Transport: testenv.Validating(t, timed(tr), validateEvery), Timeout: 30 * time.Second}
 	c, err := client.NewClientWithResponses(base, client.WithHTTPClient(hc),
 		client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
