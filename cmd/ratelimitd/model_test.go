@@ -58,6 +58,10 @@ func TestModel(t *testing.T) {
 				"RATELIMIT_DATABASE_URL": testenv.Postgres(t),
 				"RATELIMIT_REDIS_URL":    testenv.RedisURL(t),
 				"RATELIMIT_REDIS_PREFIX": prefix,
+				// The model compares decisions, not the fail mode: a
+				// loaded machine must not turn a slow call into a
+				// degraded answer.
+				"RATELIMIT_REDIS_TIMEOUT": "10s",
 			}
 		}},
 	}
