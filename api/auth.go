@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 )
 
@@ -13,16 +14,12 @@ const principalKey = "principal"
 func (s *Server) require(scopes ...auth.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			p, refused := auth.Authorize(s.cfg.Auth, c.Request().Header.Get(echo.HeaderAuthorization), scopes...)
-			switch {
-			case refused == nil:
-				c.Set(principalKey, p)
-				return next(c)
-			case refused.Forbidden:
-				return errorf(errForbidden, "%s", refused.Detail)
+			p, err := problem.Authorize(s.cfg.Auth, c.Request().Header.Get(echo.HeaderAuthorization), scopes...)
+			if err != nil {
+				return err
 			}
-			c.Response().Header().Set(echo.HeaderWWWAuthenticate, refused.Challenge)
-			return errorf(errUnauthorized, "%s", refused.Detail)
+			c.Set(principalKey, p)
+			return next(c)
 		}
 	}
 }

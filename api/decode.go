@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -31,7 +32,7 @@ func requireMedia(types ...string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if msg := input.MediaProblem(c.Request().Header.Get(echo.HeaderContentType), types...); msg != "" {
-				return errorf(errUnsupportedMedia, "%s", msg)
+				return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 			}
 			return next(c)
 		}
@@ -52,7 +53,7 @@ func limitBody(n int64) echo.MiddlewareFunc {
 }
 
 func tooLarge(n int64) error {
-	return errorf(errTooLarge, "the body is larger than %d bytes", n)
+	return problem.Errorf(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", n)
 }
 
 // readBody reads the request body. Reading past the limit set by

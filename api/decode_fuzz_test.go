@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -89,8 +90,8 @@ func FuzzAdminDecoder(f *testing.F) {
 }
 
 // problemOf maps err as handleError does.
-func problemOf(err error) *Problem {
-	p := &Problem{}
+func problemOf(err error) *problem.Problem {
+	p := &problem.Problem{}
 	problemFor(err, "", p)
 	return p
 }

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
@@ -124,12 +124,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if o.noSync {
 		sync = nil
 	}
+	// The loader reads the real clock, and so does the snapshot age.
+	tel := telemetry.New(telemetry.Config{Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
-		Registry: prometheus.NewRegistry(), OpenAPI: ratelimitd.OpenAPI(),
+		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log, Now: c.Now})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log, Now: c.Now})
 	hs := httptest.NewServer(buckets.Beside(srv))
 	t.Cleanup(func() {
 		hs.Close()
@@ -180,12 +182,12 @@ func (r *response) json(t testing.TB, v any) {
 }
 
 // problem decodes a problem+json body.
-func (r *response) problem(t testing.TB) api.Problem {
+func (r *response) problem(t testing.TB) problem.Problem {
 	t.Helper()
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("content type %q, want application/problem+json; body %s", ct, r.body)
 	}
-	var p api.Problem
+	var p problem.Problem
 	r.json(t, &p)
 	return p
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,107 +9,21 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// Problem is an RFC 9457 problem detail, the body of every error.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	// RequestID is also in the X-Request-Id header and in the log.
-	RequestID string `json:"request_id"`
-	// Errors lists every bad field of a 400 or 422.
-	Errors []limiter.FieldError `json:"errors,omitempty"`
-}
-
-// problemNames name the kinds of problem by status.
-var problemNames = map[int]string{
-	http.StatusBadRequest:                  "bad-request",
-	http.StatusUnauthorized:                "unauthorized",
-	http.StatusForbidden:                   "forbidden",
-	http.StatusNotFound:                    "not-found",
-	http.StatusMethodNotAllowed:            "method-not-allowed",
-	http.StatusConflict:                    "conflict",
-	http.StatusPreconditionFailed:          "precondition-failed",
-	http.StatusRequestEntityTooLarge:       "payload-too-large",
-	http.StatusUnsupportedMediaType:        "unsupported-media-type",
-	http.StatusUnprocessableEntity:         "validation",
-	http.StatusRequestHeaderFieldsTooLarge: "headers-too-large",
-	http.StatusServiceUnavailable:          "unavailable",
-}
-
-// ProblemType is the stable identifier of the kind of problem a status
-// answers, the same on every route, package decide's included.
-func ProblemType(status int) string {
-	if name, ok := problemNames[status]; ok {
-		return "urn:ratelimitd:problem:" + name
-	}
-	return "urn:ratelimitd:problem:internal"
-}
-
-// problemError is an error that words its own answer, so that the mapper
-// knows none of the handlers' types.
-type problemError interface {
-	error
-	// problem fills in p's status, detail and field errors, and returns
-	// the body to write: p, or a value that extends it.
-	problem(p *Problem) any
-}
-
-// clientError carries a message meant for the client, and a kind that
-// decides the status.
-type clientError struct {
-	kind error
-	msg  string
-}
-
-func (e *clientError) Error() string { return e.msg }
-func (e *clientError) Unwrap() error { return e.kind }
-
-func (e *clientError) problem(p *Problem) any {
-	p.Status, p.Detail = statusOf(e.kind), e.msg
-	return p
-}
-
-// errorf returns an error of the given kind whose message is shown to the
-// client as the problem's detail.
-func errorf(kind error, format string, args ...any) error {
-	return &clientError{kind: kind, msg: fmt.Sprintf(format, args...)}
-}
-
-// Error kinds of the HTTP layer; the domain's sentinels cover the rest.
-var (
-	errBadRequest       = errors.New("bad request")
-	errUnauthorized     = errors.New("unauthorized")
-	errForbidden        = errors.New("forbidden")
-	errTooLarge         = errors.New("body too large")
-	errUnsupportedMedia = errors.New("unsupported media type")
-	errHeadersTooLarge  = errors.New("headers too large")
-)
-
 // problemFor maps an error to its problem, and returns the body to write:
-// the one place where errors meet HTTP statuses. Errors that word their own
-// problem, bodies that do not read and invalid values are written for
-// clients, and the database's errors are worded here, naming subject, the
-// resource the route names; anything else is internal and masked.
-func problemFor(err error, subject string, p *Problem) any {
-	var (
-		pe   problemError
-		ie   *input.Error
-		ve   *limiter.ValidationError
-		he   *echo.HTTPError
-		body any = p
-	)
+// the one place where the admin API's errors meet HTTP statuses. What
+// every front end shares is package problem's; the database's errors are
+// worded here, naming subject, the resource the route names; anything
+// else is internal and masked.
+func problemFor(err error, subject string, p *problem.Problem) any {
+	if body, ok := problem.From(err, p); ok {
+		return body
+	}
+	var he *echo.HTTPError
 	switch {
-	case errors.As(err, &pe):
-		body = pe.problem(p)
-	case errors.As(err, &ie):
-		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
-	case errors.As(err, &ve):
-		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
 	case wordStoreError(err, subject, p):
 		// The database's particular errors, in the words of storeWords.
 	case statusOf(err) < 500:
@@ -118,38 +31,18 @@ func problemFor(err error, subject string, p *Problem) any {
 		// the log only.
 		p.Status = statusOf(err)
 		p.Detail = strings.ToLower(http.StatusText(p.Status))
-	case errors.Is(err, limiter.ErrUnavailable):
-		// The chain may hold driver text: say only what is unavailable.
-		p.Status, p.Detail = http.StatusServiceUnavailable, "a backend this request needs is unavailable; retry later"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		// A backend too slow to answer, or a client that went away: either
-		// way the request may be retried, and it is not a bug of ours.
-		p.Status, p.Detail = http.StatusServiceUnavailable, "the request was cancelled or timed out; retry later"
 	case errors.As(err, &he) && he.Code < 500:
 		p.Status, p.Detail = he.Code, fmt.Sprint(he.Message)
 	default:
-		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
+		problem.Internal(p)
 	}
-	p.Type, p.Title = ProblemType(p.Status), http.StatusText(p.Status)
-	return body
+	return p
 }
 
-// statusOf returns the status of an error kind, the HTTP layer's and the
-// domain's alike; 500 for none.
+// statusOf returns the status of one of the domain's error kinds; 500 for
+// none.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, errBadRequest):
-		return http.StatusBadRequest
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, errForbidden):
-		return http.StatusForbidden
-	case errors.Is(err, errTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errUnsupportedMedia):
-		return http.StatusUnsupportedMediaType
-	case errors.Is(err, errHeadersTooLarge):
-		return http.StatusRequestHeaderFieldsTooLarge
 	case errors.Is(err, limiter.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, limiter.ErrConflict):
@@ -194,7 +87,7 @@ var storeWords = []struct {
 
 // wordStoreError fills in p for one of the database's particular errors,
 // and reports whether err is one.
-func wordStoreError(err error, subject string, p *Problem) bool {
+func wordStoreError(err error, subject string, p *problem.Problem) bool {
 	for _, w := range storeWords {
 		if !errors.Is(err, w.err) {
 			continue
@@ -226,7 +119,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		return
 	}
-	p := &Problem{RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
+	p := &problem.Problem{RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
 	var subject string
 	if values := c.ParamValues(); len(values) > 0 {
 		subject = values[0]
@@ -244,9 +137,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 			slog.String("request_id", p.RequestID), slog.String("method", c.Request().Method),
 			slog.String("path", c.Path()), slog.Int("status", p.Status), slog.Any("err", err))
 	}
-	if p.Status == http.StatusServiceUnavailable {
-		c.Response().Header().Set("Retry-After", "1")
-	}
 	if p.Status == http.StatusMethodNotAllowed {
 		// The router lists the methods registered; HEAD goes with GET
 		// (see ServeHTTP).
@@ -255,9 +145,5 @@ func (s *Server) handleError(err error, c echo.Context) {
 			h.Set(echo.HeaderAllow, strings.Replace(allow, http.MethodGet, http.MethodGet+", "+http.MethodHead, 1))
 		}
 	}
-	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
-	c.Response().WriteHeader(p.Status)
-	if err := jsonEncode(c.Response(), body); err != nil {
-		s.log.Warn("writing a problem", "err", err)
-	}
+	problem.Write(c.Response(), err, p, body)
 }

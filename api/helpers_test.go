@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -30,7 +30,7 @@ func (r *response) object(t testing.TB) obj {
 }
 
 // fieldErrors returns a problem's errors as field -> message.
-func fieldErrors(p api.Problem) map[string]string {
+func fieldErrors(p problem.Problem) map[string]string {
 	out := map[string]string{}
 	for _, f := range p.Errors {
 		out[f.Field] = f.Message
@@ -39,7 +39,7 @@ func fieldErrors(p api.Problem) map[string]string {
 }
 
 // wantFields fails unless the problem names exactly the fields given.
-func wantFields(t testing.TB, p api.Problem, fields ...string) {
+func wantFields(t testing.TB, p problem.Problem, fields ...string) {
 	t.Helper()
 	got := fieldErrors(p)
 	for _, f := range fields {

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
@@ -46,14 +47,15 @@ func (e *importFailure) Error() string {
 // counts of an import, all zero, and the bad entries as its errors, which
 // take the place of the problem's field errors.
 type importProblem struct {
-	*Problem
+	*problem.Problem
 	Created   int                    `json:"created"`
 	Updated   int                    `json:"updated"`
 	Unchanged int                    `json:"unchanged"`
 	Errors    []limitfile.EntryError `json:"errors"`
 }
 
-func (e *importFailure) problem(p *Problem) any {
+// Word implements problem.Worder.
+func (e *importFailure) Word(p *problem.Problem) any {
 	p.Status, p.Detail = http.StatusUnprocessableEntity, strconv.Itoa(len(e.entries))+" entries are invalid; nothing was written"
 	if len(e.entries) == 1 {
 		p.Detail = "1 entry is invalid; nothing was written"

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 )
 
 // readyTimeout bounds the store's answer to a readiness probe: a store
@@ -62,15 +61,15 @@ func (s *Server) readyz(c echo.Context) error {
 func (s *Server) Ready(ctx context.Context) error {
 	switch {
 	case !s.cfg.Status().Loaded:
-		return errorf(limiter.ErrUnavailable, "no snapshot of the limits is loaded yet")
+		return problem.Errorf(http.StatusServiceUnavailable, "no snapshot of the limits is loaded yet")
 	case !s.cfg.Auth.Loaded():
-		return errorf(limiter.ErrUnavailable, "the tokens have not been read yet")
+		return problem.Errorf(http.StatusServiceUnavailable, "the tokens have not been read yet")
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := s.cfg.Limiter.Ping(ctx); err != nil {
 		s.log.Warn("readiness: the store does not answer", "err", err)
-		return errorf(limiter.ErrUnavailable, "the store does not answer")
+		return problem.Errorf(http.StatusServiceUnavailable, "the store does not answer")
 	}
 	return nil
 }
@@ -146,5 +145,14 @@ func (s *Server) adminFiles(c echo.Context) error {
 	}
 	h.Set(echo.HeaderContentType, ct)
 	http.ServeContent(c.Response(), c.Request(), name, info.ModTime(), bytes.NewReader(body))
+	return nil
+}
+
+// metrics serves the Prometheus text of the service's registry.
+func (s *Server) metrics(c echo.Context) error {
+	if s.cfg.Metrics == nil {
+		return problem.Errorf(http.StatusNotFound, "no metrics are kept")
+	}
+	s.cfg.Metrics.ServeHTTP(c.Response(), c.Request())
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -365,7 +366,10 @@ func (s *Server) patchOverride(c echo.Context) error {
 	}
 	match, err := parseIfMatch(c.Request().Header.Values("If-Match"))
 	if err != nil {
+		// The 422 that names If-Match comes from apply, with the body's
+		// field errors.
 		b.Errs.Add("If-Match", err.Error())
+		match = anyVersion
 	}
 	p := patchFromBody(b, s.now())
 	if err := b.Shape(); err != nil {
@@ -373,8 +377,8 @@ func (s *Server) patchOverride(c echo.Context) error {
 	}
 	id := c.Param("id")
 	o, err := s.cfg.Overrides.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
-		if match != nil && !match(o.Version) {
-			return errorf(limiter.ErrPrecondition, "override %q is at version %d, which If-Match does not name", id, o.Version)
+		if !match(o.Version) {
+			return problem.Errorf(http.StatusPreconditionFailed, "override %q is at version %d, which If-Match does not name", id, o.Version)
 		}
 		return p.apply(o)
 	})
@@ -385,17 +389,17 @@ func (s *Server) patchOverride(c echo.Context) error {
 	return writeOverride(c, http.StatusOK, o)
 }
 
+// anyVersion is the test of a version that passes them all.
+func anyVersion(int64) bool { return true }
+
 // parseIfMatch parses If-Match field values (RFC 9110, section 13.1.1)
-// into a test of a version: nil when there are none. "*" matches every
-// version; a weak tag never matches, as If-Match compares strongly, and a
+// into a test of a version, which passes every version when there are
+// none, as "*" does; a weak tag never matches, as If-Match compares strongly, and a
 // tag that is not one of ours matches nothing.
 func parseIfMatch(values []string) (func(int64) bool, error) {
-	if len(values) == 0 {
-		return nil, nil
-	}
 	h := strings.TrimSpace(strings.Join(values, ","))
-	if h == "*" {
-		return func(int64) bool { return true }, nil
+	if len(values) == 0 || h == "*" {
+		return anyVersion, nil
 	}
 	bad := errors.New(`must be "*" or a list of ETags such as "3"`)
 	if h == "" {
@@ -468,7 +472,9 @@ func (s *Server) listOverrides(c echo.Context) error {
 	}
 	if bucket := q.str("bucket_id"); bucket != "" && !errs.Has("limit") {
 		ids, err := s.bucketFilter(c.Request().Context(), f.Limit, bucket, &errs)
-		if err != nil {
+		if errors.Is(err, limiter.ErrLimitNotFound) {
+			errs.Add("limit", "unknown limit")
+		} else if err != nil {
 			return err
 		}
 		f.BucketIDs = ids
@@ -495,15 +501,12 @@ func (s *Server) listOverrides(c echo.Context) error {
 
 // bucketFilter canonicalises a bucket id by the id format of the limit
 // called name, or, without a name, by every limit's format, and returns the
-// distinct canonical forms. An id that no format accepts is a field error.
+// distinct canonical forms. An id that no format accepts is a field error;
+// a limit that does not exist is limiter.ErrLimitNotFound.
 func (s *Server) bucketFilter(ctx context.Context, name, bucket string, errs *input.Errors) ([]string, error) {
 	var limits []limiter.Limit
 	if name != "" {
 		l, err := s.cfg.Limits.GetLimit(ctx, name)
-		if errors.Is(err, limiter.ErrLimitNotFound) {
-			errs.Add("limit", "unknown limit")
-			return nil, nil
-		}
 		if err != nil {
 			return nil, err
 		}

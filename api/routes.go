@@ -30,7 +30,7 @@ func (s *Server) routes() {
 	// Operations: no token, and nothing that names a bucket.
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.metricsHandler)
+	e.GET("/metrics", s.metrics)
 	e.GET("/openapi.yaml", s.openAPI)
 	e.GET("/admin", s.adminRedirect)
 	e.GET("/admin/*", s.adminFiles)

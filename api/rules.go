@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -199,7 +200,7 @@ func (s *Server) matchRule(c echo.Context) error {
 	}
 	rule, ok := snap.Match(domain, entries)
 	if !ok {
-		return errorf(limiter.ErrNotFound, "no rule of domain %q matches the descriptor", domain)
+		return problem.Errorf(http.StatusNotFound, "no rule of domain %q matches the descriptor", domain)
 	}
 	res, err := snap.Resolve(rule.Limit, rule.BucketID(entries), s.now())
 	if err != nil {

@@ -7,8 +7,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,13 +14,11 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/loader"
@@ -73,9 +69,11 @@ type Config struct {
 	Sync func(context.Context) error
 	// Status reports the loader's snapshot; nil reports none loaded.
 	Status func() loader.Status
-	// Registry receives the metrics, the Go and process collectors
-	// included; /metrics serves it. A private one when nil.
-	Registry *prometheus.Registry
+	// Observer gives requests their ids and times them; *telemetry.Front
+	// is one. Required.
+	Observer Observer
+	// Metrics serves /metrics; nil serves 404 there.
+	Metrics http.Handler
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// Web holds the admin page's files, served at /admin/; nil serves
@@ -94,26 +92,24 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Observer gives requests their ids, one sequence for the whole service,
+// and times them by route pattern, method and status.
+type Observer interface {
+	RequestID() string
+	ObserveRequest(route, method string, status int, took time.Duration)
+}
+
 // Server serves the API. It is an http.Handler.
 type Server struct {
-	cfg     Config
-	echo    *echo.Echo
-	log     *slog.Logger
-	now     func() time.Time
-	metrics *metrics
-	// started is when the server was built, the age of a snapshot that
-	// has never loaded.
-	started time.Time
-
-	// requestPrefix and requestSeq make request ids unique across restarts
-	// and cheap to generate.
-	requestPrefix string
-	requestSeq    atomic.Uint64
+	cfg  Config
+	echo *echo.Echo
+	log  *slog.Logger
+	now  func() time.Time
 }
 
 // New builds the server and registers every route.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, started: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -123,13 +119,6 @@ func New(cfg Config) *Server {
 	if s.cfg.Status == nil {
 		s.cfg.Status = func() loader.Status { return loader.Status{} }
 	}
-	if s.cfg.Registry == nil {
-		s.cfg.Registry = prometheus.NewRegistry()
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	s.requestPrefix = hex.EncodeToString(b[:]) + "-"
-	s.metrics = newMetrics(s.cfg.Registry, s.cfg, s.now, s.started)
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -176,7 +165,7 @@ func headerBytes(h http.Header) int {
 func limitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if headerBytes(c.Request().Header) > maxHeaderBytes {
-			return errorf(errHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
+			return problem.Errorf(http.StatusRequestHeaderFieldsTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
 		}
 		return next(c)
 	}
@@ -200,21 +189,14 @@ func (s *Server) Routes() []string {
 // process.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		c.Response().Header()[echo.HeaderXRequestID] = []string{s.RequestID()}
+		c.Response().Header()[echo.HeaderXRequestID] = []string{s.cfg.Observer.RequestID()}
 		start := time.Now()
 		if err := recovered(c, next); err != nil {
 			c.Error(err)
 		}
-		s.ObserveRequest(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
+		s.cfg.Observer.ObserveRequest(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
 		return nil
 	}
-}
-
-// RequestID makes a request id unique across restarts, in one allocation.
-func (s *Server) RequestID() string {
-	var b [32]byte
-	id := append(b[:0], s.requestPrefix...)
-	return string(strconv.AppendUint(id, s.requestSeq.Add(1), 36))
 }
 
 // recovered runs the handler, and returns a panic as an error whose text

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 )
@@ -47,8 +46,9 @@ func benchServer(b *testing.B) (http.Handler, string) {
 	lim.SetSnapshot(builder.Snapshot(1))
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
-	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: prometheus.NewRegistry(), Logger: log})
-	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log}).Beside(srv), secret
+	tel := telemetry.New(telemetry.Config{Stats: lim.Stats}).Front("http")
+	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log})
+	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log}).Beside(srv), secret
 }
 
 // BenchmarkSpendHTTP measures POST /v1/spend through the whole handler

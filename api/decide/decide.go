@@ -10,7 +10,6 @@ package decide
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,8 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/input"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -43,9 +42,9 @@ type Authenticator interface {
 	Authenticate(secret string) (auth.Principal, bool)
 }
 
-// Observer gives these routes the admin API's request ids and metrics, so
+// Observer gives these routes the service's request ids and metrics, so
 // that one registry and one sequence of ids cover the whole service;
-// *api.Server is one.
+// *telemetry.Front is one.
 type Observer interface {
 	RequestID() string
 	ObserveRequest(route, method string, status int, took time.Duration)
@@ -187,17 +186,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 		}
 	}()
 	if rt.serve == nil {
-		return &problem{status: http.StatusNotFound, detail: "no such route"}
+		return problem.Errorf(http.StatusNotFound, "no such route")
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return &problem{status: http.StatusMethodNotAllowed, detail: "only POST is allowed here"}
+		return problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
 	}
-	if err := h.authorize(w, r, rt.scopes); err != nil {
+	if _, err := problem.Authorize(h.cfg.Auth, r.Header.Get("Authorization"), rt.scopes...); err != nil {
 		return err
 	}
 	if msg := input.MediaProblem(r.Header.Get("Content-Type"), "application/json"); msg != "" {
-		return &problem{status: http.StatusUnsupportedMediaType, detail: msg}
+		return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 	}
 	if r.ContentLength > maxBody {
 		return tooLarge()
@@ -207,19 +206,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 	defer h.scratch.Put(sc)
 	sc.reset()
 	return rt.serve(h, w, r, sc)
-}
-
-// authorize checks the bearer token and its scope.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, scopes []auth.Scope) error {
-	_, refused := auth.Authorize(h.cfg.Auth, r.Header.Get("Authorization"), scopes...)
-	switch {
-	case refused == nil:
-		return nil
-	case refused.Forbidden:
-		return &problem{status: http.StatusForbidden, detail: refused.Detail}
-	}
-	w.Header().Set("WWW-Authenticate", refused.Challenge)
-	return &problem{status: http.StatusUnauthorized, detail: refused.Detail}
 }
 
 // decide answers a check, spend, refund or settle. A decision is always a 200,
@@ -333,58 +319,28 @@ func (h *Handler) bucketErrors(reqs []limiter.Request, errs *input.Errors) {
 }
 
 func tooLarge() error {
-	return &problem{status: http.StatusRequestEntityTooLarge, detail: "the body is larger than " + strconv.Itoa(maxBody) + " bytes"}
+	return problem.Errorf(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", maxBody)
 }
-
-// problem is an error whose status and detail are meant for the client.
-type problem struct {
-	status int
-	detail string
-	fields []limiter.FieldError
-}
-
-func (p *problem) Error() string { return p.detail }
 
 // writeProblem answers err as application/problem+json and returns the
 // status. Anything that is not a client's mistake or an unavailable
 // backend is internal: masked in the answer, logged with its chain under
 // the request id.
 func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path, id string, err error) int {
-	var (
-		cp *problem
-		ie *input.Error
-		ve *limiter.ValidationError
-		p  = api.Problem{RequestID: id}
-	)
-	switch {
-	case errors.As(err, &cp):
-		p.Status, p.Detail, p.Errors = cp.status, cp.detail, cp.fields
-	case errors.As(err, &ie):
-		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
-	case errors.As(err, &ve):
-		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
-	case errors.Is(err, limiter.ErrUnavailable):
-		p.Status, p.Detail = http.StatusServiceUnavailable, "a backend this request needs is unavailable; retry later"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		p.Status, p.Detail = http.StatusServiceUnavailable, "the request was cancelled or timed out; retry later"
-	default:
-		p.Status, p.Detail = http.StatusInternalServerError, "internal error"
+	p := &problem.Problem{RequestID: id}
+	body, ok := problem.From(err, p)
+	if !ok {
+		problem.Internal(p)
 	}
-	p.Type, p.Title = api.ProblemType(p.Status), http.StatusText(p.Status)
 	switch {
 	case p.Status == http.StatusServiceUnavailable:
 		// The limiter logs an outage once; each refused request is only
 		// worth a debug line.
 		h.log.Debug("request failed", "request_id", id, "path", path, "status", p.Status, "err", err)
-		w.Header().Set("Retry-After", "1")
 	case p.Status >= 500:
 		h.log.Error("request failed", "request_id", id, "method", r.Method, "path", path, "status", p.Status, "err", err)
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(p.Status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(p)
+	problem.Write(w, err, p, body)
 	return p.Status
 }
 

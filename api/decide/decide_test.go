@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -39,8 +38,7 @@ func (allowAll) Authenticate(string) (auth.Principal, bool) {
 // that a panic below the handler is a masked 500, not a crash.
 func TestHandlerRefusals(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := api.New(api.Config{Registry: prometheus.NewRegistry(), Logger: log})
-	h := decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: srv, Logger: log, Now: time.Now})
+	h := decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: telemetry.New(telemetry.Config{}).Front("http"), Logger: log, Now: time.Now})
 	body := `{"buckets":[{"limit":"L","bucket_id":"1"}]}`
 	cases := []struct {
 		name, method, path, ct, body string
@@ -59,7 +57,7 @@ func TestHandlerRefusals(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer x")
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
-			var p api.Problem
+			var p problem.Problem
 			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != c.status || p.Status != c.status ||
 				w.Header().Get("Content-Type") != "application/problem+json" || p.RequestID == "" || p.RequestID != w.Header().Get("X-Request-Id") {
 				t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)

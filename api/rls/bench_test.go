@@ -15,7 +15,6 @@ import (
 
 	extv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -24,6 +23,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
@@ -61,13 +61,13 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	lim.SetSnapshot(builder.Snapshot(1))
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
-	reg := prometheus.NewRegistry()
-	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Registry: reg, Logger: log})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
+	tel := telemetry.New(telemetry.Config{Stats: lim.Stats})
+	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log})
 	hs := httptest.NewServer(buckets.Beside(srv))
 	b.Cleanup(hs.Close)
 
-	gs := rls.New(rls.Config{Limiter: lim, Auth: keeper, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log})
+	gs := rls.New(rls.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("grpc"), Logger: log})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -18,7 +18,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -32,36 +31,26 @@ type Decider interface {
 	Snapshot() *limiter.Snapshot
 }
 
+// Observer counts what this front end decides into the metrics shared with
+// REST; *telemetry.Front is one.
+type Observer interface {
+	ObserveDecisions(op limiter.Op, res limiter.Result)
+	// ObserveUnmatched counts descriptors that matched no rule.
+	ObserveUnmatched(n int)
+}
+
 // service implements RateLimitServiceServer.
 type service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	lim       Decider
-	count     func(op limiter.Op, res limiter.Result)
-	unmatched prometheus.Counter
-	log       *slog.Logger
-	scratch   sync.Pool
+	lim     Decider
+	obs     Observer
+	log     *slog.Logger
+	scratch sync.Pool
 }
 
 // newService returns the service of a Server's config.
 func newService(cfg Config) *service {
-	s := &service{lim: cfg.Limiter, count: cfg.Count, log: cfg.Logger}
-	if s.count == nil {
-		s.count = func(limiter.Op, limiter.Result) {}
-	}
-	s.unmatched = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ratelimitd_grpc_unmatched_descriptors_total",
-		Help: "Descriptors of ShouldRateLimit requests that matched no rule, and so were answered OK without a bucket.",
-	})
-	if cfg.Registry != nil {
-		// A second listener on the same registry counts into the first's
-		// series.
-		err := cfg.Registry.Register(s.unmatched)
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if c, ok := are.ExistingCollector.(prometheus.Counter); ok {
-				s.unmatched = c
-			}
-		}
-	}
+	s := &service{lim: cfg.Limiter, obs: cfg.Observer, log: cfg.Logger}
 	s.scratch.New = func() any { return &batch{} }
 	return s
 }
@@ -97,7 +86,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descriptors)),
 	}
 	if unmatched := len(descriptors) - countMatched(b.slot); unmatched > 0 {
-		s.unmatched.Add(float64(unmatched))
+		s.obs.ObserveUnmatched(unmatched)
 	}
 	if len(b.reqs) == 0 {
 		for i := range resp.Statuses {
@@ -110,7 +99,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, b.decideError(ctx, err)
 	}
 	b.decisions = res.Decisions
-	s.count(limiter.Spend, res)
+	s.obs.ObserveDecisions(limiter.Spend, res)
 	if !res.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -18,8 +17,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
-	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // Authenticator knows the API tokens; *auth.Keeper is one.
@@ -37,12 +36,8 @@ type Config struct {
 	// Ready says whether this replica can decide, as /readyz does; the
 	// health service follows it.
 	Ready func(context.Context) error
-	// Count records the decisions of a request in the metrics shared with
-	// REST; nil counts nothing.
-	Count func(op limiter.Op, res limiter.Result)
-	// Registry receives the metrics of this front end alone; nil keeps
-	// them private.
-	Registry *prometheus.Registry
+	// Observer counts the decisions. Required.
+	Observer Observer
 	// TLS, when set, serves over TLS.
 	TLS    *tls.Config
 	Logger *slog.Logger
@@ -142,13 +137,19 @@ func authorize(a Authenticator) grpc.UnaryServerInterceptor {
 		if len(values) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
 		}
-		switch _, refused := auth.Authorize(a, values[0], auth.Decide); {
-		case refused == nil:
-			return handler(ctx, req)
-		case refused.Forbidden:
-			return nil, status.Error(codes.PermissionDenied, refused.Detail)
-		default:
-			return nil, status.Error(codes.Unauthenticated, refused.Detail)
+		if _, err := problem.Authorize(a, values[0], auth.Decide); err != nil {
+			return nil, grpcError(err)
 		}
+		return handler(ctx, req)
 	}
+}
+
+// grpcError is the status of a refusal by the one edge of every front end:
+// its gRPC code and its detail, worded as REST words it.
+func grpcError(err error) error {
+	p := &problem.Problem{}
+	if _, ok := problem.From(err, p); !ok {
+		problem.Internal(p)
+	}
+	return status.Error(problem.Code(p.Status), p.Detail)
 }

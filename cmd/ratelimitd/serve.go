@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
@@ -71,14 +72,15 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		}
 	}
 
-	reg := prometheus.NewRegistry()
+	tel := telemetry.New(telemetry.Config{Registry: prometheus.NewRegistry(), Stats: lim.Stats, Status: ld.Status, Now: now})
+	httpFront := tel.Front("http")
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Registry: reg, OpenAPI: ratelimitd.OpenAPI(),
+		Observer: httpFront, Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: srv, Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log})
 	hs := &http.Server{
 		Handler:           buckets.Beside(srv),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -117,7 +119,7 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	for i, s := range servers {
 		go func() { served <- s.Serve(listeners[i]) }()
 	}
-	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, reg, log, stdout, served)
+	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, tel.Front("grpc"), log, stdout, served)
 	if err != nil {
 		for _, s := range servers {
 			_ = s.Close()
@@ -222,11 +224,11 @@ func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 // is empty, and returns what stops it gracefully within a context. A
 // failure of the listener ends serve as the HTTP server's does, through
 // failed.
-func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, reg *prometheus.Registry, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
+func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, obs rls.Observer, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
 	if cfg.GRPCAddr == "" {
 		return func(context.Context) {}, nil
 	}
-	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
+	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: obs, Logger: log}
 	if !cfg.GRPCAuth {
 		rc.Auth = nil
 		log.Warn("the gRPC listener accepts calls without a token (RATELIMIT_GRPC_AUTH=none): only the proxy may reach it", "addr", cfg.GRPCAddr)

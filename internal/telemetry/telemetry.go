@@ -1,6 +1,12 @@
-package api
+// Package telemetry holds the service's Prometheus metrics and its request
+// ids, registered in one place and wired by cmd. The front ends see only
+// the narrow observer interfaces they declare, which *Front implements,
+// so that none of them imports another to count.
+package telemetry
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"maps"
 	"net/http"
@@ -9,12 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/loader"
 )
 
 // The results decisions are counted by.
@@ -26,13 +32,27 @@ const (
 	resultDegraded     = "degraded"
 )
 
-// metrics are the service's Prometheus metrics. Labels never hold a bucket
-// id or a raw path, so their number is bounded by the limits table and the
-// routes.
-type metrics struct {
+// Config says what the gauges report on.
+type Config struct {
+	// Registry receives every metric, the Go and process collectors
+	// included; a private one when nil.
+	Registry *prometheus.Registry
+	// Stats reads the limiter's counters; nil reports zeros.
+	Stats func() limiter.Stats
+	// Status reports the loader's snapshot; nil reports none loaded.
+	Status func() loader.Status
+	// Now reads the clock, for the snapshot's age; time.Now when nil.
+	Now func() time.Time
+}
+
+// Telemetry is the service's metrics and request ids. Labels never hold a
+// bucket id or a raw path, so the number of series is bounded by the
+// limits table and the routes.
+type Telemetry struct {
 	decisionsTotal *prometheus.CounterVec
 	settledTokens  *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
+	unmatched      prometheus.Counter
 	handler        http.Handler
 	// codes are the status codes as label values, made once.
 	codes [600]string
@@ -42,6 +62,11 @@ type metrics struct {
 	// values bound.
 	counters  seriesCache[decisionSeries, prometheus.Counter]
 	observers seriesCache[requestSeries, prometheus.Observer]
+
+	// requestPrefix and requestSeq make request ids unique across restarts
+	// and cheap to generate.
+	requestPrefix string
+	requestSeq    atomic.Uint64
 }
 
 // decisionSeries names a series of ratelimitd_decisions_total.
@@ -88,11 +113,25 @@ func (c *seriesCache[K, V]) get(k K, lookup func() V) V {
 	return v
 }
 
-// newMetrics registers the metrics in reg. now reads the clock for the
-// snapshot's age; started stands in for the time of a snapshot that never
-// loaded, so that an alert on the age fires when loading never succeeds.
-func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, started time.Time) *metrics {
-	m := &metrics{
+// New registers the metrics. Before the first load of the snapshot, its
+// age counts from New's call, so that an alert on the age fires when
+// loading never succeeds.
+func New(cfg Config) *Telemetry {
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = func() limiter.Stats { return limiter.Stats{} }
+	}
+	if cfg.Status == nil {
+		cfg.Status = func() loader.Status { return loader.Status{} }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	started := cfg.Now()
+	reg := cfg.Registry
+	t := &Telemetry{
 		decisionsTotal: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_decisions_total",
 			Help: "Bucket decisions by operation, limit, result and front end: allowed, near_limit (allowed with at least 80% of the burst used), " +
@@ -113,19 +152,27 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 			Help:    "HTTP request latencies by route pattern, method and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"route", "method", "code"})),
+		unmatched: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_grpc_unmatched_descriptors_total",
+			Help: "Descriptors of ShouldRateLimit requests that matched no rule, and so were answered OK without a bucket.",
+		})),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
-	for i := range m.codes {
-		m.codes[i] = strconv.Itoa(i)
+	for i := range t.codes {
+		t.codes[i] = strconv.Itoa(i)
 	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	t.requestPrefix = hex.EncodeToString(b[:]) + "-"
+
 	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ratelimitd_store_errors_total",
 		Help: "Calls to the bucket store that failed.",
-	}, func() float64 { return float64(cfg.Limiter.Stats().StoreErrors) }))
+	}, func() float64 { return float64(cfg.Stats().StoreErrors) }))
 	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ratelimitd_denied_cache_hits_total",
 		Help: "Denials answered from the local cache of empty buckets, without the store.",
-	}, func() float64 { return float64(cfg.Limiter.Stats().DeniedCacheHit) }))
+	}, func() float64 { return float64(cfg.Stats().DeniedCacheHit) }))
 	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimitd_snapshot_age_seconds",
 		Help: "Seconds since the snapshot of limits and overrides was last confirmed against the database; " +
@@ -135,7 +182,7 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 		if synced.IsZero() {
 			synced = started
 		}
-		return now().Sub(synced).Seconds()
+		return cfg.Now().Sub(synced).Seconds()
 	}))
 	register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimitd_snapshot_version",
@@ -151,7 +198,7 @@ func newMetrics(reg *prometheus.Registry, cfg Config, now func() time.Time, star
 	}, func() float64 { return float64(cfg.Status().Overrides) }))
 	register(reg, collectors.NewGoCollector())
 	register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	return t
 }
 
 // register adds c to reg and returns it. When an equal collector is
@@ -173,15 +220,60 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 	return c
 }
 
-// ObserveDecisions counts the decisions of a REST result.
-func (s *Server) ObserveDecisions(op limiter.Op, res limiter.Result) {
-	s.metrics.count(op, res, "http")
+// Handler serves the registry in the Prometheus text format.
+func (t *Telemetry) Handler() http.Handler { return t.handler }
+
+// RequestID makes a request id unique across restarts, in one allocation.
+// One sequence covers every front end, so that an id names one request of
+// the process.
+func (t *Telemetry) RequestID() string {
+	var b [32]byte
+	id := append(b[:0], t.requestPrefix...)
+	return string(strconv.AppendUint(id, t.requestSeq.Add(1), 36))
+}
+
+// ObserveRequest observes one HTTP request. route is the route's pattern
+// ("" when none matched), never the path, which can hold anything.
+func (t *Telemetry) ObserveRequest(route, method string, status int, took time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	code := "unknown"
+	if status >= 0 && status < len(t.codes) {
+		code = t.codes[status]
+	}
+	k := requestSeries{route: route, method: methodLabel(method), code: code}
+	t.observers.get(k, func() prometheus.Observer {
+		return t.duration.WithLabelValues(k.route, k.method, k.code)
+	}).Observe(took.Seconds())
+}
+
+// Front returns the observer of one front end, whose decisions are counted
+// under its name ("http" for REST, "grpc" for Envoy's ShouldRateLimit), so
+// that one series per limit and result shows both.
+func (t *Telemetry) Front(name string) *Front { return &Front{Telemetry: t, name: name} }
+
+// Front observes the requests and decisions of one front end.
+type Front struct {
+	*Telemetry
+	name string
+}
+
+// ObserveDecisions counts the decisions of a result.
+func (f *Front) ObserveDecisions(op limiter.Op, res limiter.Result) {
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded), frontend: f.name}
+		f.counters.get(k, func() prometheus.Counter {
+			return f.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result, k.frontend)
+		}).Inc()
+	}
 }
 
 // ObserveSettle counts the tokens a settle gave back and charged. A
 // settle that changed nothing (a blocked or unlimited bucket, or an answer
 // degraded by a store failure) counts nothing.
-func (s *Server) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
+func (f *Front) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
 	if res.Degraded {
 		return
 	}
@@ -200,27 +292,13 @@ func (s *Server) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
 		case n == 0:
 			continue
 		}
-		s.metrics.settledTokens.WithLabelValues(d.Limit, d.Unit, kind).Add(float64(n))
+		f.settledTokens.WithLabelValues(d.Limit, d.Unit, kind).Add(float64(n))
 	}
 }
 
-// count counts the decisions of a result of a front end.
-func (m *metrics) count(op limiter.Op, res limiter.Result, frontend string) {
-	for i := range res.Decisions {
-		d := &res.Decisions[i]
-		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded), frontend: frontend}
-		m.counters.get(k, func() prometheus.Counter {
-			return m.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result, k.frontend)
-		}).Inc()
-	}
-}
-
-// CountDecisions returns what counts the decisions of another front end
-// (Envoy's gRPC, "grpc") into the metrics of REST's, so that one series
-// per limit and result shows both.
-func (s *Server) CountDecisions(frontend string) func(op limiter.Op, res limiter.Result) {
-	return func(op limiter.Op, res limiter.Result) { s.metrics.count(op, res, frontend) }
-}
+// ObserveUnmatched counts descriptors of ShouldRateLimit requests that
+// matched no rule.
+func (f *Front) ObserveUnmatched(n int) { f.unmatched.Add(float64(n)) }
 
 // resultLabel is the result label of a decision. Near the limit means,
 // as in Envoy's ratelimit, that at least 80% of the burst is used.
@@ -238,23 +316,6 @@ func resultLabel(d *limiter.Decision, degraded bool) string {
 	return resultAllowed
 }
 
-// ObserveRequest observes one HTTP request. route is the route's pattern
-// ("" when none matched), never the path, which can hold anything.
-func (s *Server) ObserveRequest(route, method string, status int, took time.Duration) {
-	m := s.metrics
-	if route == "" {
-		route = "unmatched"
-	}
-	code := "unknown"
-	if status >= 0 && status < len(m.codes) {
-		code = m.codes[status]
-	}
-	k := requestSeries{route: route, method: methodLabel(method), code: code}
-	m.observers.get(k, func() prometheus.Observer {
-		return m.duration.WithLabelValues(k.route, k.method, k.code)
-	}).Observe(took.Seconds())
-}
-
 // methodLabel bounds the method label: a client may send any token.
 func methodLabel(method string) string {
 	switch method {
@@ -263,10 +324,4 @@ func methodLabel(method string) string {
 		return method
 	}
 	return "other"
-}
-
-// metricsHandler serves the registry in the Prometheus text format.
-func (s *Server) metricsHandler(c echo.Context) error {
-	s.metrics.handler.ServeHTTP(c.Response(), c.Request())
-	return nil
 }

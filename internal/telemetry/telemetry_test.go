@@ -1,0 +1,112 @@
+package telemetry
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/loader"
+)
+
+// scrape returns the registry's text exposition.
+func scrape(t *testing.T, tel *Telemetry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+// wantLines fails unless every line is in the exposition.
+func wantLines(t *testing.T, text string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !strings.Contains(text, "\n"+l+"\n") {
+			t.Errorf("no line %q in\n%s", l, text)
+		}
+	}
+}
+
+func TestFrontsCountIntoOneSeriesByFrontend(t *testing.T) {
+	tel := New(Config{})
+	p := limiter.Params{Burst: 10, Count: 10, Period: time.Second}
+	res := limiter.Result{Decisions: []limiter.Decision{
+		{Limit: "A", Outcome: limiter.Outcome{Allowed: true, Remaining: 9}, Params: p},
+		{Limit: "A", Outcome: limiter.Outcome{Allowed: true, Remaining: 1}, Params: p}, // 90% used: near the limit
+		{Limit: "B", Params: p},
+		{Limit: "S", Shadow: true, Params: p},
+	}}
+	tel.Front("http").ObserveDecisions(limiter.Spend, res)
+	tel.Front("grpc").ObserveDecisions(limiter.Spend, res)
+	tel.Front("grpc").ObserveDecisions(limiter.Spend, limiter.Result{Degraded: true, Decisions: []limiter.Decision{{Limit: "A", Outcome: limiter.Outcome{Allowed: true}, Params: p}}})
+	tel.Front("grpc").ObserveUnmatched(3)
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_decisions_total{frontend="http",limit="A",op="spend",result="allowed"} 1`,
+		`ratelimitd_decisions_total{frontend="http",limit="A",op="spend",result="near_limit"} 1`,
+		`ratelimitd_decisions_total{frontend="grpc",limit="B",op="spend",result="denied"} 1`,
+		`ratelimitd_decisions_total{frontend="grpc",limit="S",op="spend",result="shadow_denied"} 1`,
+		`ratelimitd_decisions_total{frontend="grpc",limit="A",op="spend",result="degraded"} 1`,
+		`ratelimitd_grpc_unmatched_descriptors_total 3`,
+	)
+}
+
+func TestSettledTokensByKind(t *testing.T) {
+	tel := New(Config{})
+	f := tel.Front("http")
+	reqs := []limiter.Request{{Reserved: 10, Cost: 4}, {Reserved: 1, Cost: 6}, {Reserved: 0, Cost: 50}, {Reserved: 3, Cost: 3}}
+	res := limiter.Result{Decisions: []limiter.Decision{
+		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true}},
+		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true}},
+		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true, Capped: true}},
+		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true}},
+	}}
+	f.ObserveSettle(reqs, res)
+	// A degraded answer changed nothing, and counts nothing.
+	f.ObserveSettle(reqs, limiter.Result{Degraded: true, Decisions: res.Decisions})
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_settled_tokens_total{kind="returned",limit="T",unit="tokens"} 6`,
+		`ratelimitd_settled_tokens_total{kind="charged",limit="T",unit="tokens"} 5`,
+		`ratelimitd_settled_tokens_total{kind="capped",limit="T",unit="tokens"} 50`,
+	)
+}
+
+func TestRequestsAreLabelledByBoundedValues(t *testing.T) {
+	tel := New(Config{})
+	tel.ObserveRequest("", "BREW", 999, time.Millisecond)
+	tel.ObserveRequest("/v1/limits/:name", "GET", 200, time.Millisecond)
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_http_request_duration_seconds_count{code="unknown",method="other",route="unmatched"} 1`,
+		`ratelimitd_http_request_duration_seconds_count{code="200",method="GET",route="/v1/limits/:name"} 1`,
+	)
+	a, b := tel.RequestID(), tel.RequestID()
+	if a == b || !strings.HasPrefix(b, tel.requestPrefix) {
+		t.Errorf("request ids %q and %q", a, b)
+	}
+}
+
+func TestSnapshotGauges(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	status := loader.Status{}
+	tel := New(Config{Now: func() time.Time { return now }, Status: func() loader.Status { return status }})
+	now = now.Add(90 * time.Second)
+	// Never loaded: the age counts from the start.
+	wantLines(t, scrape(t, tel), `ratelimitd_snapshot_age_seconds 90`)
+	status = loader.Status{SyncedAt: now.Add(-2 * time.Second), Version: 7, Limits: 3, Overrides: 2}
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_snapshot_age_seconds 2`,
+		`ratelimitd_snapshot_version 7`,
+		`ratelimitd_snapshot_limits 3`,
+		`ratelimitd_snapshot_overrides 2`,
+	)
+}
+
+func TestTwoTelemetriesShareARegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, b := New(Config{Registry: reg}), New(Config{Registry: reg})
+	a.Front("grpc").ObserveUnmatched(1)
+	b.Front("grpc").ObserveUnmatched(1)
+	wantLines(t, scrape(t, a), `ratelimitd_grpc_unmatched_descriptors_total 2`)
+}
