@@ -295,7 +295,7 @@ type Decision struct {
 	// Example: 3h0m0s
 	Period Period `json:"period"`
 
-	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
+	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed. The enum lists null, as OpenAPI 3.0 needs for a nullable enum; oapi-codegen (v2.8) renders that member as a constant of value `"<nil>"`, which no answer holds.
 	Reason *DecisionReason `json:"reason"`
 
 	// Remaining Whole tokens left after the request. A denied batch spends nothing, so there its buckets report what they hold. An unlimited bucket reports the limit's burst; a degraded answer 0.
@@ -313,7 +313,7 @@ type Decision struct {
 	Unit Unit `json:"unit"`
 }
 
-// DecisionReason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
+// DecisionReason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed. The enum lists null, as OpenAPI 3.0 needs for a nullable enum; oapi-codegen (v2.8) renders that member as a constant of value `"<nil>"`, which no answer holds.
 type DecisionReason string
 
 // DecisionSource defines model for Decision.Source.
