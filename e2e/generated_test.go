@@ -16,9 +16,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 )
 
-// root is the module's root, where openapi.yaml, go.mod and node_modules
-// are; tests run in e2e/.
-const root = ".."
+// moduleRoot is where openapi.yaml, go.mod and node_modules are; tests
+// run in e2e/.
+const moduleRoot = ".."
 
 // TestGeneratedGoClient generates a Go client from openapi.yaml with
 // oapi-codegen's default settings (the package name and output file are
@@ -36,11 +36,11 @@ func TestGeneratedGoClient(t *testing.T) {
 	config := filepath.Join(dir, "oapi-codegen.yaml")
 	writeFile(t, config, "package: ratelimitd\noutput: "+filepath.Join(pkg, "client.gen.go")+"\ngenerate:\n  models: true\n  client: true\n")
 	// The generator is the version go.mod pins as a tool.
-	run(t, exec.Command("go", "tool", "oapi-codegen", "-config", config, "openapi.yaml"), root)
+	run(t, exec.Command("go", "tool", "oapi-codegen", "-config", config, "openapi.yaml"), moduleRoot)
 
 	// A module of its own, requiring what this one does, so that the
 	// client builds with the versions this repository is tested with.
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	mod, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +49,9 @@ func TestGeneratedGoClient(t *testing.T) {
 		t.Fatalf("go.mod begins with %q, not its module", first)
 	}
 	writeFile(t, filepath.Join(dir, "go.mod"), "module tour\n"+rest)
-	copyFile(t, filepath.Join(root, "go.sum"), filepath.Join(dir, "go.sum"))
+	copyFile(t, filepath.Join(moduleRoot, "go.sum"), filepath.Join(dir, "go.sum"))
 	copyFile(t, filepath.Join("testdata", "tour", "main.go"), filepath.Join(dir, "main.go"))
-	build := exec.Command("go", "build", "-o", "tour", ".")
-	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	run(t, build, dir)
+	run(t, exec.Command("go", "build", "-o", "tour", "."), dir)
 
 	tour := exec.Command(filepath.Join(dir, "tour"))
 	tour.Env = tourEnv(t)
@@ -71,7 +69,7 @@ func TestGeneratedTypeScriptClient(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "Node.js", err)
 	}
-	modules, err := filepath.Abs(filepath.Join(root, "node_modules"))
+	modules, err := filepath.Abs(filepath.Join(moduleRoot, "node_modules"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +79,7 @@ func TestGeneratedTypeScriptClient(t *testing.T) {
 			testenv.Unavailable(t, tool+" (npm ci installs it)", err)
 		}
 	}
-	spec, err := filepath.Abs(filepath.Join(root, "openapi.yaml"))
+	spec, err := filepath.Abs(filepath.Join(moduleRoot, "openapi.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
