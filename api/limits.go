@@ -153,9 +153,23 @@ func (s *Server) listLimits(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, out)
 }
 
+// limitNameParam returns the limit name of the path, or a 422 naming
+// `name` when it is not one: no limit can have that name, since PUT
+// refuses it alike, and saying why helps a client more than a 404.
+func limitNameParam(c echo.Context) (string, error) {
+	name := c.Param("name")
+	var errs input.Errors
+	checkLimitName(name, "name", &errs)
+	return name, errs.Err()
+}
+
 func (s *Server) getLimit(c echo.Context) error {
+	name, err := limitNameParam(c)
+	if err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
-	l, err := s.cfg.Limits.GetLimit(ctx, c.Param("name"))
+	l, err := s.cfg.Limits.GetLimit(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -167,7 +181,11 @@ func (s *Server) getLimit(c echo.Context) error {
 }
 
 func (s *Server) deleteLimit(c echo.Context) error {
-	if err := s.cfg.Limits.DeleteLimit(c.Request().Context(), principal(c).Name, c.Param("name")); err != nil {
+	name, err := limitNameParam(c)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Limits.DeleteLimit(c.Request().Context(), principal(c).Name, name); err != nil {
 		return err
 	}
 	s.awaitSnapshot(c)

@@ -87,7 +87,13 @@ func TestLimits(t *testing.T) {
 			e.do("DELETE", "/v1/limits/Second", e.admin, nil).expect(t, http.StatusNoContent)
 			e.do("GET", "/v1/limits/Second", e.admin, nil).expect(t, http.StatusNotFound).problem(t)
 			e.do("DELETE", "/v1/limits/Second", e.admin, nil).expect(t, http.StatusNotFound)
-			e.do("DELETE", "/v1/limits/bad%20name", e.admin, nil).expect(t, http.StatusNotFound)
+			// A path that is no limit name is refused as PUT refuses it,
+			// 422 naming name, on every method, rather than looked up.
+			for _, method := range []string{"GET", "DELETE"} {
+				for _, path := range []string{"/v1/limits/1bad", "/v1/limits/bad%20name"} {
+					wantFields(t, e.do(method, path, e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "name")
+				}
+			}
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oapi-codegen/nullable"
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -21,6 +22,7 @@ import (
 const (
 	DecisionReasonBlocked          DecisionReason = "blocked"
 	DecisionReasonCostExceedsBurst DecisionReason = "cost_exceeds_burst"
+	DecisionReasonLessThanNil      DecisionReason = "<nil>"
 	DecisionReasonLimited          DecisionReason = "limited"
 )
 
@@ -30,6 +32,8 @@ func (e DecisionReason) Valid() bool {
 	case DecisionReasonBlocked:
 		return true
 	case DecisionReasonCostExceedsBurst:
+		return true
+	case DecisionReasonLessThanNil:
 		return true
 	case DecisionReasonLimited:
 		return true
@@ -258,7 +262,7 @@ func (e ImportFileParamsKind) Valid() bool {
 type BucketRequest struct {
 	BucketID string `json:"bucket_id"`
 
-	// Cost Tokens to take or give back; 0 inspects the bucket, and is allowed only while the bucket is within its limit.
+	// Cost Tokens to take or give back, 1 when left out; 0 inspects the bucket, and is allowed only while the bucket is within its limit.
 	Cost  *int64    `json:"cost,omitempty"`
 	Limit LimitName `json:"limit"`
 }
@@ -282,12 +286,16 @@ type Decision struct {
 	Debt  int64  `json:"debt"`
 	Limit string `json:"limit"`
 
-	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+	// give the canonical form ("3h0m0s"). The value's range (above 0, and
+	// what the limit allows) is checked by the service, with a 422.
+	//
 	//
 	// Example: 3h0m0s
 	Period Period `json:"period"`
 
-	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
+	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed. The enum lists null, as OpenAPI 3.0 needs for a nullable enum; oapi-codegen (v2.8) renders that member as a constant of value `"<nil>"`, which no answer holds.
 	Reason *DecisionReason `json:"reason"`
 
 	// Remaining Whole tokens left after the request. A denied batch spends nothing, so there its buckets report what they hold. An unlimited bucket reports the limit's burst; a degraded answer 0.
@@ -305,7 +313,7 @@ type Decision struct {
 	Unit Unit `json:"unit"`
 }
 
-// DecisionReason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed.
+// DecisionReason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed. The enum lists null, as OpenAPI 3.0 needs for a nullable enum; oapi-codegen (v2.8) renders that member as a constant of value `"<nil>"`, which no answer holds.
 type DecisionReason string
 
 // DecisionSource defines model for Decision.Source.
@@ -399,28 +407,39 @@ type HistoryEntryAction string
 // the store's keys).
 type IDFormat string
 
-// ImportError defines model for ImportError.
+// ImportError A bad entry, with `line` and `entry`; or, in the 422 of a bad query parameter, that parameter, named by `field`.
 type ImportError struct {
 	// Entry The entry's key, e.g. `NewOrdersPerAccount` or `NewOrdersPerAccount:12345`.
-	Entry string `json:"entry"`
+	Entry *string `json:"entry,omitempty"`
+
+	// Field The name of a bad query parameter (`kind`, `dry_run`, or an unknown one).
+	Field *string `json:"field,omitempty"`
 
 	// Line The line of the entry in the document, from 1; 0 when the document does not parse into entries.
-	Line    int    `json:"line"`
+	Line    *int   `json:"line,omitempty"`
 	Message string `json:"message"`
 }
 
-// ImportProblem defines model for ImportProblem.
+// ImportProblem The 422 of an import, a Problem (`urn:ratelimitd:problem:validation`)
+// either way. For bad entries it also has the counts of an import,
+// all 0 since nothing was written, and one error per bad entry with
+// its `line` and `entry`. For bad query parameters it has no counts,
+// and one error per parameter with its `field`, as any Problem.
 type ImportProblem struct {
-	// Created Always 0; nothing was written.
-	Created   int           `json:"created"`
+	// Created Always 0; nothing was written. Only for bad entries.
+	Created   *int          `json:"created,omitempty"`
 	Detail    string        `json:"detail"`
 	Errors    []ImportError `json:"errors"`
 	RequestID string        `json:"request_id"`
 	Status    int           `json:"status"`
 	Title     string        `json:"title"`
 	Type      string        `json:"type"`
-	Unchanged int           `json:"unchanged"`
-	Updated   int           `json:"updated"`
+
+	// Unchanged Always 0. Only for bad entries.
+	Unchanged *int `json:"unchanged,omitempty"`
+
+	// Updated Always 0. Only for bad entries.
+	Updated *int `json:"updated,omitempty"`
 }
 
 // ImportResult defines model for ImportResult.
@@ -462,7 +481,11 @@ type Limit struct {
 	// OverrideCount How many overrides the limit has, enabled or not.
 	OverrideCount int `json:"override_count"`
 
-	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+	// give the canonical form ("3h0m0s"). The value's range (above 0, and
+	// what the limit allows) is checked by the service, with a 422.
+	//
 	//
 	// Example: 3h0m0s
 	Period Period `json:"period"`
@@ -508,7 +531,11 @@ type LimitPut struct {
 	IDFormat IDFormat   `json:"id_format"`
 	Name     *LimitName `json:"name,omitempty"`
 
-	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+	// give the canonical form ("3h0m0s"). The value's range (above 0, and
+	// what the limit allows) is checked by the service, with a 422.
+	//
 	//
 	// Example: 3h0m0s
 	Period Period `json:"period"`
@@ -558,18 +585,24 @@ type OverrideCreate struct {
 	// Comment At most 1000 bytes of UTF-8.
 	Comment *string `json:"comment,omitempty"`
 	Count   *int64  `json:"count,omitempty"`
-	Enabled *bool   `json:"enabled,omitempty"`
+
+	// Enabled Left out, true.
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// ExpiresAt When the override stops applying; must be in the future.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Limit     LimitName  `json:"limit"`
 
-	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+	// give the canonical form ("3h0m0s"). The value's range (above 0, and
+	// what the limit allows) is checked by the service, with a 422.
+	//
 	//
 	// Example: 3h0m0s
 	Period *Period `json:"period,omitempty"`
 
-	// Unlimited Exempts the bucket; always allowed, no store call.
+	// Unlimited Exempts the bucket; always allowed, no store call. Left out, false.
 	Unlimited *bool `json:"unlimited,omitempty"`
 }
 
@@ -589,17 +622,28 @@ type OverridePatch struct {
 	Count   *int64  `json:"count,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
 
-	// ExpiresAt null clears the expiry.
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// ExpiresAt A time in the future sets the expiry; null clears it; left out,
+	// it stays. Go clients generated by oapi-codegen get a
+	// `nullable.Nullable[time.Time]` (`x-go-type`), whose zero value is
+	// left out and whose `SetNull()` sends the null, where a
+	// `*time.Time` could not tell null from left out.
+	ExpiresAt nullable.Nullable[time.Time] `json:"expires_at,omitempty"`
 
-	// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+	// give the canonical form ("3h0m0s"). The value's range (above 0, and
+	// what the limit allows) is checked by the service, with a 422.
+	//
 	//
 	// Example: 3h0m0s
 	Period    *Period `json:"period,omitempty"`
 	Unlimited *bool   `json:"unlimited,omitempty"`
 }
 
-// Period A Go duration ("1s", "180m", "168h"); answers give the canonical form ("3h0m0s").
+// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
+// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
+// give the canonical form ("3h0m0s"). The value's range (above 0, and
+// what the limit allows) is checked by the service, with a 422.
 //
 // Example: 3h0m0s
 type Period = string
@@ -697,7 +741,7 @@ type SettleBucket struct {
 	BucketID string    `json:"bucket_id"`
 	Limit    LimitName `json:"limit"`
 
-	// Reserved What the request's spend took up front.
+	// Reserved What the request's spend took up front; 0 when left out.
 	Reserved *int64 `json:"reserved,omitempty"`
 }
 
@@ -776,9 +820,6 @@ type TokenList struct {
 // Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
 type Unit = string
 
-// LimitNameParameter defines model for LimitName.
-type LimitNameParameter = LimitName
-
 // OverrideID defines model for OverrideID.
 type OverrideID = string
 
@@ -791,7 +832,7 @@ type BadRequest = Problem
 // Conflict defines model for Conflict.
 type Conflict = Problem
 
-// DecisionResponse defines model for Decision.
+// DecisionResponse defines model for DecisionResponse.
 type DecisionResponse = DecisionResult
 
 // Forbidden defines model for Forbidden.
@@ -818,7 +859,7 @@ type Unavailable = Problem
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType = Problem
 
-// DecisionRequestBody defines model for Decision.
+// DecisionRequestBody defines model for DecisionRequestBody.
 type DecisionRequestBody = DecisionRequest
 
 // ExportFileParams defines parameters for ExportFile.
@@ -842,11 +883,6 @@ type ImportFileParams struct {
 
 // ImportFileParamsKind defines parameters for ImportFile.
 type ImportFileParamsKind string
-
-// ImportFile422ApplicationProblemPlusJSONResponseBody defines parameters for ImportFile.
-type ImportFile422ApplicationProblemPlusJSONResponseBody struct {
-	union json.RawMessage
-}
 
 // ListOverridesParams defines parameters for ListOverrides.
 type ListOverridesParams struct {
@@ -921,68 +957,6 @@ type SpendJSONRequestBody = DecisionRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenCreate
-
-// AsImportProblem returns the union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody as a ImportProblem
-func (t ImportFile422ApplicationProblemPlusJSONResponseBody) AsImportProblem() (ImportProblem, error) {
-	var body ImportProblem
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromImportProblem overwrites any union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody as the provided ImportProblem
-func (t *ImportFile422ApplicationProblemPlusJSONResponseBody) FromImportProblem(v ImportProblem) error {
-	b, err := json.Marshal(v)
-	t.union = b
-	return err
-}
-
-// MergeImportProblem performs a merge with any union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody, using the provided ImportProblem
-func (t *ImportFile422ApplicationProblemPlusJSONResponseBody) MergeImportProblem(v ImportProblem) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-// AsProblem returns the union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody as a Problem
-func (t ImportFile422ApplicationProblemPlusJSONResponseBody) AsProblem() (Problem, error) {
-	var body Problem
-	err := json.Unmarshal(t.union, &body)
-	return body, err
-}
-
-// FromProblem overwrites any union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody as the provided Problem
-func (t *ImportFile422ApplicationProblemPlusJSONResponseBody) FromProblem(v Problem) error {
-	b, err := json.Marshal(v)
-	t.union = b
-	return err
-}
-
-// MergeProblem performs a merge with any union data inside the ImportFile422ApplicationProblemPlusJSONResponseBody, using the provided Problem
-func (t *ImportFile422ApplicationProblemPlusJSONResponseBody) MergeProblem(v Problem) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-
-	merged, err := runtime.JSONMerge(t.union, b)
-	t.union = merged
-	return err
-}
-
-func (t ImportFile422ApplicationProblemPlusJSONResponseBody) MarshalJSON() ([]byte, error) {
-	b, err := t.union.MarshalJSON()
-	return b, err
-}
-
-func (t *ImportFile422ApplicationProblemPlusJSONResponseBody) UnmarshalJSON(b []byte) error {
-	err := t.union.UnmarshalJSON(b)
-	return err
-}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1176,12 +1150,12 @@ type ClientInterface interface {
 	// DeleteLimit Delete a limit (admin).
 	//
 	// Corresponds with DELETE /v1/limits/{name} (the `DeleteLimit` operationId).
-	DeleteLimit(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteLimit(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetLimit One limit.
 	//
 	// Corresponds with GET /v1/limits/{name} (the `GetLimit` operationId).
-	GetLimit(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetLimit(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutLimitWithBody Create (201) or update (200) a limit (admin).
 	//
@@ -1205,7 +1179,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-	PutLimitWithBody(ctx context.Context, name LimitNameParameter, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutLimitWithBody(ctx context.Context, name LimitName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutLimit Create (201) or update (200) a limit (admin).
 	//
@@ -1229,7 +1203,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-	PutLimit(ctx context.Context, name LimitNameParameter, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutLimit(ctx context.Context, name LimitName, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListOverrides Search overrides (admin, support), newest first.
 	//
@@ -1780,7 +1754,7 @@ func (c *Client) ListLimits(ctx context.Context, reqEditors ...RequestEditorFn) 
 // DeleteLimit Delete a limit (admin).
 //
 // Corresponds with DELETE /v1/limits/{name} (the `DeleteLimit` operationId).
-func (c *Client) DeleteLimit(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) DeleteLimit(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteLimitRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -1795,7 +1769,7 @@ func (c *Client) DeleteLimit(ctx context.Context, name LimitNameParameter, reqEd
 // GetLimit One limit.
 //
 // Corresponds with GET /v1/limits/{name} (the `GetLimit` operationId).
-func (c *Client) GetLimit(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) GetLimit(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetLimitRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -1829,7 +1803,7 @@ func (c *Client) GetLimit(ctx context.Context, name LimitNameParameter, reqEdito
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-func (c *Client) PutLimitWithBody(ctx context.Context, name LimitNameParameter, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) PutLimitWithBody(ctx context.Context, name LimitName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutLimitRequestWithBody(c.Server, name, contentType, body)
 	if err != nil {
 		return nil, err
@@ -1863,7 +1837,7 @@ func (c *Client) PutLimitWithBody(ctx context.Context, name LimitNameParameter, 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-func (c *Client) PutLimit(ctx context.Context, name LimitNameParameter, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) PutLimit(ctx context.Context, name LimitName, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutLimitRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
@@ -2898,7 +2872,7 @@ func NewListLimitsRequest(server string) (*http.Request, error) {
 }
 
 // NewDeleteLimitRequest constructs an http.Request for the DeleteLimit method
-func NewDeleteLimitRequest(server string, name LimitNameParameter) (*http.Request, error) {
+func NewDeleteLimitRequest(server string, name LimitName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2932,7 +2906,7 @@ func NewDeleteLimitRequest(server string, name LimitNameParameter) (*http.Reques
 }
 
 // NewGetLimitRequest constructs an http.Request for the GetLimit method
-func NewGetLimitRequest(server string, name LimitNameParameter) (*http.Request, error) {
+func NewGetLimitRequest(server string, name LimitName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2966,7 +2940,7 @@ func NewGetLimitRequest(server string, name LimitNameParameter) (*http.Request, 
 }
 
 // NewPutLimitRequest calls the generic PutLimit builder with application/json body
-func NewPutLimitRequest(server string, name LimitNameParameter, body PutLimitJSONRequestBody) (*http.Request, error) {
+func NewPutLimitRequest(server string, name LimitName, body PutLimitJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
@@ -2977,7 +2951,7 @@ func NewPutLimitRequest(server string, name LimitNameParameter, body PutLimitJSO
 }
 
 // NewPutLimitRequestWithBody constructs an http.Request for the PutLimit method, with any body, and a specified content type
-func NewPutLimitRequestWithBody(server string, name LimitNameParameter, contentType string, body io.Reader) (*http.Request, error) {
+func NewPutLimitRequestWithBody(server string, name LimitName, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4090,14 +4064,14 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/limits/{name} (the `DeleteLimit` operationId).
-	DeleteLimitWithResponse(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error)
+	DeleteLimitWithResponse(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error)
 
 	// GetLimitWithResponse One limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/limits/{name} (the `GetLimit` operationId).
-	GetLimitWithResponse(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*GetLimitResponse, error)
+	GetLimitWithResponse(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*GetLimitResponse, error)
 
 	// PutLimitWithBodyWithResponse Create (201) or update (200) a limit (admin).
 	//
@@ -4121,7 +4095,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-	PutLimitWithBodyWithResponse(ctx context.Context, name LimitNameParameter, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+	PutLimitWithBodyWithResponse(ctx context.Context, name LimitName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
 
 	// PutLimitWithResponse Create (201) or update (200) a limit (admin).
 	//
@@ -4145,7 +4119,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-	PutLimitWithResponse(ctx context.Context, name LimitNameParameter, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+	PutLimitWithResponse(ctx context.Context, name LimitName, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
 
 	// ListOverridesWithResponse Search overrides (admin, support), newest first.
 	//
@@ -5039,7 +5013,7 @@ type ImportFileResponse struct {
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationProblemJSON422 *ImportFile422ApplicationProblemPlusJSONResponseBody
+	ApplicationProblemJSON422 *ImportProblem
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -5084,7 +5058,7 @@ func (r ImportFileResponse) GetApplicationProblemJSON415() *UnsupportedMediaType
 }
 
 // GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r ImportFileResponse) GetApplicationProblemJSON422() *ImportFile422ApplicationProblemPlusJSONResponseBody {
+func (r ImportFileResponse) GetApplicationProblemJSON422() *ImportProblem {
 	return r.ApplicationProblemJSON422
 }
 
@@ -7698,7 +7672,7 @@ func (c *ClientWithResponses) ListLimitsWithResponse(ctx context.Context, reqEdi
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/limits/{name} (the `DeleteLimit` operationId).
-func (c *ClientWithResponses) DeleteLimitWithResponse(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error) {
+func (c *ClientWithResponses) DeleteLimitWithResponse(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error) {
 	rsp, err := c.DeleteLimit(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -7711,7 +7685,7 @@ func (c *ClientWithResponses) DeleteLimitWithResponse(ctx context.Context, name 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/limits/{name} (the `GetLimit` operationId).
-func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name LimitNameParameter, reqEditors ...RequestEditorFn) (*GetLimitResponse, error) {
+func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name LimitName, reqEditors ...RequestEditorFn) (*GetLimitResponse, error) {
 	rsp, err := c.GetLimit(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -7741,7 +7715,7 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name Lim
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, name LimitNameParameter, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, name LimitName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
 	rsp, err := c.PutLimitWithBody(ctx, name, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -7771,7 +7745,7 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
-func (c *ClientWithResponses) PutLimitWithResponse(ctx context.Context, name LimitNameParameter, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+func (c *ClientWithResponses) PutLimitWithResponse(ctx context.Context, name LimitName, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
 	rsp, err := c.PutLimit(ctx, name, body, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -8808,7 +8782,7 @@ func ParseImportFileResponse(rsp *http.Response) (*ImportFileResponse, error) {
 		response.ApplicationProblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest ImportFile422ApplicationProblemPlusJSONResponseBody
+		var dest ImportProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -3,7 +3,7 @@
 //
 // NewClientWithResponses returns a client whose methods decode each
 // documented answer into its field: JSON201 for a created override,
-// ApplicationproblemJSON422 for a problem, Headers200 for the RateLimit
+// ApplicationProblemJSON422 for a problem, Headers200 for the RateLimit
 // headers of a decision, and so on. Authenticate with a request editor:
 //
 //	c, err := client.NewClientWithResponses("http://127.0.0.1:8080",
@@ -17,10 +17,11 @@
 // committed file differs from what the generator writes.
 //
 // Two answers are bodies rather than decoded values: the YAML documents of
-// GET /v1/export and GET /openapi.yaml are left in the response's Body
-// (overlay.yaml says why). A PATCH cannot send `"expires_at": null`
-// through OverridePatch, whose nil ExpiresAt is left out; send that body
-// with PatchOverrideWithBody.
+// GET /v1/export and GET /openapi.yaml are left in the response's Body,
+// as openapi.yaml gives them no schema. An import sends its YAML with
+// ImportFileWithBodyWithResponse. OverridePatch.ExpiresAt is a
+// nullable.Nullable[time.Time]: left zero it is not sent, and SetNull
+// sends the `"expires_at": null` that clears an expiry.
 package client
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml ../openapi.yaml
