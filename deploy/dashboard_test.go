@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 )
 
+// dashboard is the Grafana dashboard's file, relative to this package.
 const dashboard = "grafana/ratelimitd.json"
 
 // panel is what the test reads of a Grafana panel; a row holds panels of

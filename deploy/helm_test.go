@@ -18,6 +18,7 @@ import (
 )
 
 const (
+	// chart is the chart's directory, relative to this package.
 	chart = "helm/ratelimitd"
 	// kubeVersion is the Kubernetes version the chart is rendered for and
 	// validated against: the newest whose schemas kubectl-validate v0.0.4
