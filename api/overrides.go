@@ -120,7 +120,8 @@ func (p givenParams) require(unlimited, keep bool, errs *input.Errors) {
 	}
 }
 
-// checkComment bounds a comment, as the domain does.
+// checkComment bounds a comment by the domain's rule, which nobody checks
+// again.
 func checkComment(s string, errs *input.Errors) {
 	if msg := limiter.TextProblem(s); msg != "" {
 		errs.Add("comment", msg)

@@ -98,7 +98,8 @@ func getOverride(ctx context.Context, d *DB, q queryer, id string) (limiter.Over
 // change of its id format can come between; an id the format refuses is a
 // *limiter.ValidationError naming bucket_id. An override of the same bucket
 // is limiter.ErrOverrideExists, an unknown limit limiter.ErrUnknownLimit.
-// An unlimited override keeps no parameters.
+// An unlimited override keeps no parameters. The parameters and comment are
+// the caller's to have checked, once, as the API's converter does.
 func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error) {
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		l, err := getLimit(ctx, d, w.tx, o.Limit)

@@ -125,7 +125,11 @@ type Override struct {
 }
 
 // Normalize canonicalises o.BucketID under limit l and returns the field
-// errors of o, named as in the REST API.
+// errors of what depends on l, named as in the REST API: the limit and the
+// bucket id. The parameters and the comment depend on no stored state and
+// are checked once, by the converter that read them (Params.Validate,
+// TextProblem); the database normalises again under its write lock, since
+// the limit's id format may have changed since the converter read it.
 func (o *Override) Normalize(l Limit) []FieldError {
 	var ve ValidationError
 	if o.Limit != l.Name {
@@ -135,12 +139,6 @@ func (o *Override) Normalize(l Limit) []FieldError {
 		ve.Add("bucket_id", err.Error())
 	} else {
 		o.BucketID = id
-	}
-	if !o.Unlimited {
-		ve.Fields = append(ve.Fields, o.Params.Validate(true)...)
-	}
-	if msg := TextProblem(o.Comment); msg != "" {
-		ve.Add("comment", msg)
 	}
 	return ve.Fields
 }

@@ -227,14 +227,14 @@ func (r *overridesReader) add(e *entry, limit limiter.Limit, known bool, id stri
 		return
 	}
 	o := limiter.Override{Limit: limit.Name, BucketID: id, Params: p.Params, Unlimited: p.unlimited, Comment: p.comment}
+	if msg := limiter.TextProblem(o.Comment); msg != "" {
+		commentBad(msg)
+	}
 	idOK := true
 	for _, fe := range o.Normalize(limit) {
-		switch fe.Field {
-		case "bucket_id":
+		if fe.Field == "bucket_id" {
 			idBad(fe.Message)
 			idOK = false
-		case "comment":
-			commentBad(fe.Message)
 		}
 	}
 	if !idOK {
