@@ -43,9 +43,10 @@ type engine struct {
 var engines = []engine{{"sqlite+memory", false, false}, {"postgres+redis", true, true}}
 
 type envOptions struct {
-	noAuth   bool
-	failOpen bool
-	store    limiter.Store
+	noAuth      bool
+	failOpen    bool
+	omitHeaders bool
+	store       limiter.Store
 	// dbURL shares a database with another env, as a second replica.
 	dbURL string
 }
@@ -106,7 +107,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status, Registry: reg,
 		OpenAPI: ratelimitd.OpenAPI(), Logger: log})
-	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
+	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, OmitHeaders: o.omitHeaders, Logger: log}
 	if o.noAuth {
 		cfg.Auth = nil
 	}

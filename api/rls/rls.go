@@ -40,11 +40,14 @@ type service struct {
 	unmatched prometheus.Counter
 	log       *slog.Logger
 	scratch   sync.Pool
+
+	// omitHeaders leaves response_headers_to_add empty.
+	omitHeaders bool
 }
 
 // newService returns the service of a Server's config.
 func newService(cfg Config) *service {
-	s := &service{lim: cfg.Limiter, count: cfg.Count, log: cfg.Logger}
+	s := &service{lim: cfg.Limiter, omitHeaders: cfg.OmitHeaders, count: cfg.Count, log: cfg.Logger}
 	if s.count == nil {
 		s.count = func(limiter.Op, limiter.Result) {}
 	}
@@ -131,7 +134,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
 	}
-	resp.ResponseHeadersToAdd = headers(res)
+	if !s.omitHeaders {
+		resp.ResponseHeadersToAdd = headers(res)
+	}
 	return resp, nil
 }
 

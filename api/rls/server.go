@@ -43,6 +43,10 @@ type Config struct {
 	// Registry receives the metrics of this front end alone; nil keeps
 	// them private.
 	Registry *prometheus.Registry
+	// OmitHeaders leaves response_headers_to_add empty, as
+	// envoyproxy/ratelimit does unless asked, for a proxy that must not
+	// show clients the RateLimit headers (RATELIMIT_GRPC_RESPONSE_HEADERS=off).
+	OmitHeaders bool
 	// TLS, when set, serves over TLS.
 	TLS    *tls.Config
 	Logger *slog.Logger

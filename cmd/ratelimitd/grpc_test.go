@@ -162,6 +162,40 @@ func TestServeGRPCWithoutAuth(t *testing.T) {
 	}
 }
 
+// TestServeGRPCResponseHeadersOff: -grpc-response-headers=off leaves
+// response_headers_to_add empty, as envoyproxy/ratelimit does unless asked;
+// the default fills it.
+func TestServeGRPCResponseHeadersOff(t *testing.T) {
+	for _, setting := range []string{"on", "off"} {
+		s := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": "boot-secret", "RATELIMIT_GRPC_RESPONSE_HEADERS": setting})
+		s.waitReady(t)
+		_, addr := s.grpcAddr(t)
+		for _, call := range []struct{ method, path, body string }{
+			{"PUT", "/v1/limits/PerUser", `{"id_format":"string","burst":5,"count":5,"period":"1m"}`},
+			{"POST", "/v1/rules", `{"domain":"edge","descriptor":[{"key":"user"}],"limit":"PerUser"}`},
+		} {
+			if code, body := s.call(t, call.method, call.path, "boot-secret", call.body); code != http.StatusCreated {
+				t.Fatalf("%s %s: %d %s", call.method, call.path, code, body)
+			}
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer boot-secret")
+		res, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "edge", Descriptors: []*extv3.RateLimitDescriptor{{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}},
+		})
+		conn.Close()
+		if err != nil || res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: %v, %v", setting, res, err)
+		}
+		if got := len(res.GetResponseHeadersToAdd()); (got > 0) != (setting == "on") {
+			t.Errorf("RATELIMIT_GRPC_RESPONSE_HEADERS=%s: headers %v", setting, res.GetResponseHeadersToAdd())
+		}
+	}
+}
+
 // TestGRPCConfiguration refuses bad gRPC settings, and turns the listener
 // off with an empty address.
 func TestGRPCConfiguration(t *testing.T) {
@@ -172,6 +206,7 @@ func TestGRPCConfiguration(t *testing.T) {
 		{map[string]string{"RATELIMIT_GRPC_AUTH": "maybe"}, "RATELIMIT_GRPC_AUTH: want token or none"},
 		{map[string]string{"RATELIMIT_GRPC_ADDR": "nowhere"}, "RATELIMIT_GRPC_ADDR: want host:port or empty"},
 		{map[string]string{"RATELIMIT_GRPC_TLS_CERT": "cert.pem"}, "RATELIMIT_GRPC_TLS_CERT: give both"},
+		{map[string]string{"RATELIMIT_GRPC_RESPONSE_HEADERS": "yes"}, `RATELIMIT_GRPC_RESPONSE_HEADERS: want on or off, got "yes"`},
 	} {
 		var out, errOut strings.Builder
 		err := run(context.Background(), []string{"serve"}, getenv(tc.env), &out, &errOut)

@@ -226,7 +226,8 @@ func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.
 	if cfg.GRPCAddr == "" {
 		return func(context.Context) {}, nil
 	}
-	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg, Logger: log}
+	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Count: srv.CountDecisions("grpc"), Registry: reg,
+		OmitHeaders: !cfg.GRPCResponseHeaders, Logger: log}
 	if !cfg.GRPCAuth {
 		rc.Auth = nil
 		log.Warn("the gRPC listener accepts calls without a token (RATELIMIT_GRPC_AUTH=none): only the proxy may reach it", "addr", cfg.GRPCAddr)
