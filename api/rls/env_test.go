@@ -60,6 +60,7 @@ type env struct {
 	lim    *limiter.Limiter
 	loader *loader.Loader
 	srv    *api.Server
+	gs     *rls.Server
 	reg    *prometheus.Registry
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
@@ -137,7 +138,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
+	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
 		conn: conn, admin: admin, keeper: keeper}
 }
 

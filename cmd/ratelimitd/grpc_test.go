@@ -95,6 +95,16 @@ func TestServeGRPC(t *testing.T) {
 	if scheme != "grpcs" {
 		t.Fatalf("scheme %s with a certificate", scheme)
 	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Serving from the moment /readyz answers 200, not a poll later.
+	hc := healthpb.NewHealthClient(conn)
+	if res, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health right after /readyz answered 200: %v, %v", res.GetStatus(), err)
+	}
 	for _, call := range []struct{ method, path, body string }{
 		{"PUT", "/v1/limits/PerUser", `{"id_format":"string","burst":1,"count":1,"period":"1m"}`},
 		{"POST", "/v1/rules", `{"domain":"edge","descriptor":[{"key":"user"}],"limit":"PerUser"}`},
@@ -103,11 +113,6 @@ func TestServeGRPC(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", call.method, call.path, code, body)
 		}
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer boot-secret")
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extv3.RateLimitDescriptor{
@@ -124,11 +129,6 @@ func TestServeGRPC(t *testing.T) {
 	if codes[0] != rlsv3.RateLimitResponse_OK || codes[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("two calls against a burst of 1: %v", codes)
 	}
-	hc := healthpb.NewHealthClient(conn)
-	s.waitFor(t, func() bool {
-		res, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		return err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
 	if err := s.stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
