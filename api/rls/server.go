@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
@@ -79,8 +80,12 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Serve answers on ln until Stop. It returns nil after Stop.
+// Serve answers on ln, and keeps the health service's watchers in step
+// with Ready, until Stop. It returns nil after Stop.
 func (s *Server) Serve(ln net.Listener) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.health.follow(ctx)
 	return s.grpc.Serve(ln)
 }
 
@@ -122,96 +127,86 @@ func authorize(a Authenticator) grpc.UnaryServerInterceptor {
 	}
 }
 
-// watchInterval is how often a Watch of the health service asks Ready:
-// nothing announces that a store stopped answering, so a watcher learns
-// it within this time. Check has no such lag.
+// watchInterval is how often the health service asks Ready for its
+// watchers: nothing announces that a store stopped answering, so a
+// watcher learns it within this time, or at the next Check. Check itself
+// has no such lag.
 const watchInterval = time.Second
 
-// healthService answers grpc.health.v1 for the whole server ("") and for
-// the rate limit service alike, from Ready itself at the moment of each
-// check, so that it says SERVING exactly when /readyz would answer 200.
+// services are the names the health service answers for: the whole
+// server and the rate limit service.
+var services = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+
+// healthService answers grpc.health.v1. Check and List ask Ready at the
+// moment of the call, so that they say SERVING exactly when /readyz would
+// answer 200. Watch is grpc's, fed by every Check and by one poll of
+// Ready every watchInterval, however many watchers there are, so that a
+// watcher costs the store nothing of its own.
 type healthService struct {
-	healthpb.UnimplementedHealthServer
-	ready func(context.Context) error
-	// stopping is closed by shutdown: from then on every answer is
-	// NOT_SERVING, so that proxies move away before the listener closes.
-	stopping chan struct{}
-	once     sync.Once
+	*health.Server
+	ready    func(context.Context) error
+	stopping atomic.Bool
 }
 
 func newHealthService(ready func(context.Context) error) *healthService {
-	return &healthService{ready: ready, stopping: make(chan struct{})}
+	h := &healthService{Server: health.NewServer(), ready: ready}
+	h.publish(healthpb.HealthCheckResponse_NOT_SERVING)
+	return h
 }
 
-// services are the names the health service knows.
-var services = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+// status asks Ready now, and tells the watchers.
+func (h *healthService) status(ctx context.Context) healthpb.HealthCheckResponse_ServingStatus {
+	st := healthpb.HealthCheckResponse_SERVING
+	if h.stopping.Load() || h.ready != nil && h.ready(ctx) != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	h.publish(st)
+	return st
+}
 
-// status is the serving status of service, false for a service it does
-// not know.
-func (h *healthService) status(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, bool) {
-	if !slices.Contains(services, service) {
-		return healthpb.HealthCheckResponse_SERVICE_UNKNOWN, false
+// publish sets the status the watchers see; after shutdown it changes
+// nothing.
+func (h *healthService) publish(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, name := range services {
+		h.SetServingStatus(name, st)
 	}
-	select {
-	case <-h.stopping:
-		return healthpb.HealthCheckResponse_NOT_SERVING, true
-	default:
-	}
-	if h.ready != nil && h.ready(ctx) != nil {
-		return healthpb.HealthCheckResponse_NOT_SERVING, true
-	}
-	return healthpb.HealthCheckResponse_SERVING, true
 }
 
 // Check answers the status now; an unknown service is NOT_FOUND, as the
 // protocol asks.
 func (h *healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	st, known := h.status(ctx, req.GetService())
-	if !known {
+	if !slices.Contains(services, req.GetService()) {
 		return nil, status.Error(codes.NotFound, "unknown service")
 	}
-	return &healthpb.HealthCheckResponse{Status: st}, nil
+	return &healthpb.HealthCheckResponse{Status: h.status(ctx)}, nil
 }
 
-// List answers the status of every service the listener knows.
+// List answers the status of every service now.
 func (h *healthService) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	st := h.status(ctx)
 	out := &healthpb.HealthListResponse{Statuses: make(map[string]*healthpb.HealthCheckResponse, len(services))}
 	for _, name := range services {
-		st, _ := h.status(ctx, name)
 		out.Statuses[name] = &healthpb.HealthCheckResponse{Status: st}
 	}
 	return out, nil
 }
 
-// Watch sends the status at once and then each change of it, asking
-// Ready every watchInterval; an unknown service is SERVICE_UNKNOWN, as
-// the protocol asks. It ends after sending NOT_SERVING at shutdown, so
-// that a watcher does not hold a graceful stop up.
-func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
-	ctx := stream.Context()
+// follow asks Ready every watchInterval for the watchers, until ctx ends.
+func (h *healthService) follow(ctx context.Context) {
 	t := time.NewTicker(watchInterval)
 	defer t.Stop()
-	last := healthpb.HealthCheckResponse_ServingStatus(-1)
 	for {
-		st, _ := h.status(ctx, req.GetService())
-		if st != last {
-			if err := stream.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
-				return err
-			}
-			last = st
-		}
+		h.status(ctx)
 		select {
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-h.stopping:
-			if last != healthpb.HealthCheckResponse_NOT_SERVING && last != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
-				return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
-			}
-			return nil
+			return
 		case <-t.C:
 		}
 	}
 }
 
 // shutdown makes every answer NOT_SERVING from now on.
-func (h *healthService) shutdown() { h.once.Do(func() { close(h.stopping) }) }
+func (h *healthService) shutdown() {
+	h.stopping.Store(true)
+	h.Shutdown()
+}
