@@ -16,9 +16,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -61,17 +62,53 @@ type Server struct {
 	health *healthService
 }
 
+// connLimits bound what one client connection may hold of the server.
+type connLimits struct {
+	// streams is the most calls in flight on one connection: a client
+	// waits for a free stream, or opens another connection, as Envoy does.
+	streams   uint32
+	keepalive keepalive.ServerParameters
+	// enforcement sends away a client that pings more often than it says.
+	enforcement keepalive.EnforcementPolicy
+}
+
+// defaultConnLimits leave Envoy room (a thousand calls in flight on one
+// connection, far beyond what a millisecond's decision needs) while a
+// client that holds streams or idle connections holds a bounded share:
+// an idle connection is closed after ten minutes, a peer that vanished is
+// found by a ping after two minutes of silence, and pings, which cost the
+// server a write each, are welcome every ten seconds, the shortest a gRPC
+// client sends them, with calls in flight or without (Envoy's connection
+// keep-alive pings idle connections).
+func defaultConnLimits() connLimits {
+	return connLimits{
+		streams:     1000,
+		keepalive:   keepalive.ServerParameters{MaxConnectionIdle: 10 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second},
+		enforcement: keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true},
+	}
+}
+
 // New returns a Server; Serve starts it.
 func New(cfg Config) *Server {
+	return newServer(cfg, defaultConnLimits())
+}
+
+// newServer is New with the bounds of a connection, which tests shrink.
+func newServer(cfg Config, limits connLimits) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newCodec())}
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.MaxConcurrentStreams(limits.streams),
+		grpc.KeepaliveParams(limits.keepalive),
+		grpc.KeepaliveEnforcementPolicy(limits.enforcement),
+	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	if cfg.Auth != nil {
-		opts = append(opts, grpc.UnaryInterceptor(authorize(cfg.Auth)))
+		opts = append(opts, grpc.InTapHandle(authorize(cfg.Auth)))
 	}
 	s := &Server{grpc: grpc.NewServer(opts...), health: newHealthService(cfg.Ready)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, newService(cfg))
@@ -103,26 +140,28 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 }
 
-// authorize checks the bearer token of ShouldRateLimit calls; health
-// checks and reflection hold nothing secret and need none, as /healthz
-// does not.
-func authorize(a Authenticator) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
-			return handler(ctx, req)
+// authorize checks the bearer token of ShouldRateLimit calls as their
+// headers arrive, before the server gives the stream a goroutine or reads
+// its message, so that a client without a token holds nothing of the
+// server. Health checks and reflection hold nothing secret and need none,
+// as /healthz does not. It runs on the connection's reader, so it must
+// stay quick: a look-up in the tokens held in memory.
+func authorize(a Authenticator) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if info.FullMethodName != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			return ctx, nil
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		values := md.Get("authorization")
+		values := info.Header.Get("authorization")
 		if len(values) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
+			return ctx, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
 		}
 		switch _, refused := auth.Authorize(a, values[0], auth.Decide); {
 		case refused == nil:
-			return handler(ctx, req)
+			return ctx, nil
 		case refused.Forbidden:
-			return nil, status.Error(codes.PermissionDenied, refused.Detail)
+			return ctx, status.Error(codes.PermissionDenied, refused.Detail)
 		default:
-			return nil, status.Error(codes.Unauthenticated, refused.Detail)
+			return ctx, status.Error(codes.Unauthenticated, refused.Detail)
 		}
 	}
 }
