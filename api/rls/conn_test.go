@@ -50,7 +50,6 @@ const secret = "rlt_envoy"
 func listen(t *testing.T, cfg Config, limits connLimits) string {
 	t.Helper()
 	cfg.Limiter = noRules{}
-	cfg.Logger = nil
 	s := newServer(cfg, limits)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

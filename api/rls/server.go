@@ -65,7 +65,7 @@ type Server struct {
 // connLimits bound what one client connection may hold of the server.
 type connLimits struct {
 	// streams is the most calls in flight on one connection: a client
-	// waits for a free stream, or opens another connection, as Envoy does.
+	// waits for a free stream, or opens another connection.
 	streams   uint32
 	keepalive keepalive.ServerParameters
 	// enforcement sends away a client that pings more often than it says.
