@@ -44,9 +44,10 @@ type engine struct {
 var engines = []engine{{"sqlite+memory", false, false}, {"postgres+redis", true, true}}
 
 type envOptions struct {
-	noAuth   bool
-	failOpen bool
-	store    limiter.Store
+	noAuth      bool
+	failOpen    bool
+	omitHeaders bool
+	store       limiter.Store
 	// dbURL shares a database with another env, as a second replica.
 	dbURL string
 }
@@ -60,6 +61,7 @@ type env struct {
 	lim    *limiter.Limiter
 	loader *loader.Loader
 	srv    *api.Server
+	gs     *rls.Server
 	reg    *prometheus.Registry
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
@@ -108,7 +110,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	tel := telemetry.New(telemetry.Config{Registry: reg, Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
 		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
-	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: tel.Front("grpc"), Logger: log}
+	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: tel.Front("grpc"), OmitHeaders: o.omitHeaders, Logger: log}
 	if o.noAuth {
 		cfg.Auth = nil
 	}
@@ -138,7 +140,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
+	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
 		conn: conn, admin: admin, keeper: keeper}
 }
 

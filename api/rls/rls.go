@@ -46,11 +46,14 @@ type service struct {
 	obs     Observer
 	log     *slog.Logger
 	scratch sync.Pool
+
+	// omitHeaders leaves response_headers_to_add empty.
+	omitHeaders bool
 }
 
 // newService returns the service of a Server's config.
 func newService(cfg Config) *service {
-	s := &service{lim: cfg.Limiter, obs: cfg.Observer, log: cfg.Logger}
+	s := &service{lim: cfg.Limiter, obs: cfg.Observer, omitHeaders: cfg.OmitHeaders, log: cfg.Logger}
 	s.scratch.New = func() any { return &batch{} }
 	return s
 }
@@ -120,7 +123,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
 	}
-	resp.ResponseHeadersToAdd = headers(res)
+	if !s.omitHeaders {
+		resp.ResponseHeadersToAdd = headers(res)
+	}
 	return resp, nil
 }
 
@@ -139,9 +144,9 @@ const maxHits = math.MaxInt64
 
 // translate turns a request into the batch of the limiter: each descriptor
 // that matches a rule becomes a bucket, and descriptors that map to the
-// same bucket share it, their hits added. Every bad field is an
-// INVALID_ARGUMENT naming the descriptor and entry; the first one found is
-// reported, as a gRPC status carries one message.
+// same bucket, after canonicalisation, share it, their hits added. Every
+// bad field is an INVALID_ARGUMENT naming the descriptor and entry; the
+// first one found is reported, as a gRPC status carries one message.
 func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) error {
 	b.reqs, b.slot, b.rules = b.reqs[:0], b.slot[:0], b.rules[:0]
 	domain := req.GetDomain()
@@ -190,7 +195,7 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 			b.slot = append(b.slot, -1)
 			continue
 		}
-		bucket := r.BucketID(b.entries)
+		bucket := canonical(snap, r, r.BucketID(b.entries))
 		j := b.find(r.Limit, bucket)
 		if j < 0 {
 			b.slot = append(b.slot, len(b.reqs))
@@ -206,6 +211,22 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 		b.slot = append(b.slot, j)
 	}
 	return nil
+}
+
+// canonical returns the canonical form of a bucket id under its rule's
+// limit, so that two notations of one bucket (10.0.0.1 and
+// ::ffff:10.0.0.1) are found to be one and spent once. An id the format
+// refuses, or a limit the snapshot lacks, is returned as it is: the
+// limiter reports it, and describe names the descriptor.
+func canonical(snap *limiter.Snapshot, r limiter.Rule, id string) string {
+	l, ok := snap.Limit(r.Limit)
+	if !ok {
+		return id
+	}
+	if c, err := l.IDFormat.Canonical(id); err == nil {
+		return c
+	}
+	return id
 }
 
 // find returns the index of the request of a bucket, -1 when there is

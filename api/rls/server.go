@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -13,9 +15,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -34,86 +37,94 @@ type Config struct {
 	// listener that only the proxy can reach (RATELIMIT_GRPC_AUTH=none).
 	Auth Authenticator
 	// Ready says whether this replica can decide, as /readyz does; the
-	// health service follows it.
+	// health service asks it on every check. Nil is always ready.
 	Ready func(context.Context) error
 	// Observer counts the decisions. Required.
 	Observer Observer
+	// OmitHeaders leaves response_headers_to_add empty, as
+	// envoyproxy/ratelimit does unless asked, for a proxy that must not
+	// show clients the RateLimit headers (RATELIMIT_GRPC_RESPONSE_HEADERS=off).
+	OmitHeaders bool
 	// TLS, when set, serves over TLS.
 	TLS    *tls.Config
 	Logger *slog.Logger
 }
 
-// readinessInterval is how often the health service asks Ready: a
-// readiness probe sees a change within it.
-const readinessInterval = time.Second
-
 // Server is the gRPC listener: ShouldRateLimit, grpc.health.v1 and server
 // reflection.
 type Server struct {
 	grpc   *grpc.Server
-	health *health.Server
-	ready  func(context.Context) error
-	log    *slog.Logger
+	health *healthService
+}
+
+// connLimits bound what one client connection may hold of the server.
+type connLimits struct {
+	// streams is the most calls in flight on one connection: a client
+	// waits for a free stream, or opens another connection.
+	streams   uint32
+	keepalive keepalive.ServerParameters
+	// enforcement sends away a client that pings more often than it says.
+	enforcement keepalive.EnforcementPolicy
+}
+
+// defaultConnLimits leave Envoy room (a thousand calls in flight on one
+// connection, far beyond what a millisecond's decision needs) while a
+// client that holds streams or idle connections holds a bounded share:
+// an idle connection is closed after ten minutes, a peer that vanished is
+// found by a ping after two minutes of silence, and pings, which cost the
+// server a write each, are welcome every ten seconds, the shortest a gRPC
+// client sends them, with calls in flight or without (Envoy's connection
+// keep-alive pings idle connections).
+func defaultConnLimits() connLimits {
+	return connLimits{
+		streams:     1000,
+		keepalive:   keepalive.ServerParameters{MaxConnectionIdle: 10 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second},
+		enforcement: keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true},
+	}
 }
 
 // New returns a Server; Serve starts it.
 func New(cfg Config) *Server {
+	return newServer(cfg, defaultConnLimits())
+}
+
+// newServer is New with the bounds of a connection, which tests shrink.
+func newServer(cfg Config, limits connLimits) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newCodec())}
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.MaxConcurrentStreams(limits.streams),
+		grpc.KeepaliveParams(limits.keepalive),
+		grpc.KeepaliveEnforcementPolicy(limits.enforcement),
+	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	if cfg.Auth != nil {
-		opts = append(opts, grpc.UnaryInterceptor(authorize(cfg.Auth)))
+		opts = append(opts, grpc.InTapHandle(authorize(cfg.Auth)))
 	}
-	s := &Server{grpc: grpc.NewServer(opts...), health: health.NewServer(), ready: cfg.Ready, log: cfg.Logger}
+	s := &Server{grpc: grpc.NewServer(opts...), health: newHealthService(cfg.Ready)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, newService(cfg))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	return s
 }
 
-// Serve answers on ln, and keeps the health service in step with Ready,
-// until Stop. It returns nil after Stop.
+// Serve answers on ln, and keeps the health service's watchers in step
+// with Ready, until Stop. It returns nil after Stop.
 func (s *Server) Serve(ln net.Listener) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.followReadiness(ctx)
+	go s.health.follow(ctx)
 	return s.grpc.Serve(ln)
-}
-
-// followReadiness sets the health status from Ready every second.
-func (s *Server) followReadiness(ctx context.Context) {
-	t := time.NewTicker(readinessInterval)
-	defer t.Stop()
-	for {
-		st := healthpb.HealthCheckResponse_SERVING
-		rctx, cancel := context.WithTimeout(ctx, readinessInterval)
-		if s.ready != nil && s.ready(rctx) != nil {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		s.health.SetServingStatus("", st)
-		s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Stop tells health watchers the service is going, lets the calls in
 // flight finish until ctx ends, then closes every connection.
 func (s *Server) Stop(ctx context.Context) {
-	s.health.Shutdown()
+	s.health.shutdown()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {
@@ -124,23 +135,25 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 }
 
-// authorize checks the bearer token of ShouldRateLimit calls; health
-// checks and reflection hold nothing secret and need none, as /healthz
-// does not.
-func authorize(a Authenticator) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
-			return handler(ctx, req)
+// authorize checks the bearer token of ShouldRateLimit calls as their
+// headers arrive, before the server gives the stream a goroutine or reads
+// its message, so that a client without a token holds nothing of the
+// server. Health checks and reflection hold nothing secret and need none,
+// as /healthz does not. It runs on the connection's reader, so it must
+// stay quick: a look-up in the tokens held in memory.
+func authorize(a Authenticator) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if info.FullMethodName != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			return ctx, nil
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		values := md.Get("authorization")
+		values := info.Header.Get("authorization")
 		if len(values) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
+			return ctx, status.Error(codes.Unauthenticated, "send one authorization: Bearer <token> metadata entry")
 		}
 		if _, err := problem.Authorize(a, values[0], auth.Decide); err != nil {
-			return nil, grpcError(err)
+			return ctx, grpcError(err)
 		}
-		return handler(ctx, req)
+		return ctx, nil
 	}
 }
 
@@ -152,4 +165,88 @@ func grpcError(err error) error {
 		problem.Internal(p)
 	}
 	return status.Error(problem.Code(p.Status), p.Detail)
+}
+
+// watchInterval is how often the health service asks Ready for its
+// watchers: nothing announces that a store stopped answering, so a
+// watcher learns it within this time, or at the next Check. Check itself
+// has no such lag.
+const watchInterval = time.Second
+
+// services are the names the health service answers for: the whole
+// server and the rate limit service.
+var services = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+
+// healthService answers grpc.health.v1. Check and List ask Ready at the
+// moment of the call, so that they say SERVING exactly when /readyz would
+// answer 200. Watch is grpc's, fed by every Check and by one poll of
+// Ready every watchInterval, however many watchers there are, so that a
+// watcher costs the store nothing of its own.
+type healthService struct {
+	*health.Server
+	ready    func(context.Context) error
+	stopping atomic.Bool
+}
+
+func newHealthService(ready func(context.Context) error) *healthService {
+	h := &healthService{Server: health.NewServer(), ready: ready}
+	h.publish(healthpb.HealthCheckResponse_NOT_SERVING)
+	return h
+}
+
+// status asks Ready now, and tells the watchers.
+func (h *healthService) status(ctx context.Context) healthpb.HealthCheckResponse_ServingStatus {
+	st := healthpb.HealthCheckResponse_SERVING
+	if h.stopping.Load() || h.ready != nil && h.ready(ctx) != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	h.publish(st)
+	return st
+}
+
+// publish sets the status the watchers see; after shutdown it changes
+// nothing.
+func (h *healthService) publish(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, name := range services {
+		h.SetServingStatus(name, st)
+	}
+}
+
+// Check answers the status now; an unknown service is NOT_FOUND, as the
+// protocol asks.
+func (h *healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !slices.Contains(services, req.GetService()) {
+		return nil, status.Error(codes.NotFound, "unknown service")
+	}
+	return &healthpb.HealthCheckResponse{Status: h.status(ctx)}, nil
+}
+
+// List answers the status of every service now.
+func (h *healthService) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	st := h.status(ctx)
+	out := &healthpb.HealthListResponse{Statuses: make(map[string]*healthpb.HealthCheckResponse, len(services))}
+	for _, name := range services {
+		out.Statuses[name] = &healthpb.HealthCheckResponse{Status: st}
+	}
+	return out, nil
+}
+
+// follow asks Ready every watchInterval for the watchers, until ctx ends.
+func (h *healthService) follow(ctx context.Context) {
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	for {
+		h.status(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// shutdown makes every answer NOT_SERVING from now on.
+func (h *healthService) shutdown() {
+	h.stopping.Store(true)
+	h.Shutdown()
 }

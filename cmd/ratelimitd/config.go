@@ -62,6 +62,7 @@ var settings = []setting{
 	{env: "RATELIMIT_LOG_LEVEL", flag: "log-level", def: "info", usage: "debug, info, warn or error"},
 	{env: "RATELIMIT_GRPC_ADDR", flag: "grpc-addr", def: "127.0.0.1:8081", usage: "listen address of Envoy's rate limit service (gRPC); empty turns it off", emptyOff: true},
 	{env: "RATELIMIT_GRPC_AUTH", flag: "grpc-auth", def: "token", usage: "token (bearer metadata of scope decide or admin required) or none, for a listener only the proxy reaches"},
+	{env: "RATELIMIT_GRPC_RESPONSE_HEADERS", flag: "grpc-response-headers", def: "on", usage: "on: the RateLimit, RateLimit-Policy and Retry-After headers in response_headers_to_add; off: none, as envoyproxy/ratelimit unless asked"},
 	{env: "RATELIMIT_GRPC_TLS_CERT", flag: "grpc-tls-cert", def: "", usage: "PEM certificate file of the gRPC listener; with the key, it serves TLS"},
 	{env: "RATELIMIT_GRPC_TLS_KEY", flag: "grpc-tls-key", def: "", usage: "PEM private key file of the gRPC listener"},
 	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
@@ -88,7 +89,9 @@ type config struct {
 	// GRPCAddr is empty when the gRPC listener is off.
 	GRPCAddr string
 	// GRPCAuth is false for RATELIMIT_GRPC_AUTH=none.
-	GRPCAuth                bool
+	GRPCAuth bool
+	// GRPCResponseHeaders is false for RATELIMIT_GRPC_RESPONSE_HEADERS=off.
+	GRPCResponseHeaders     bool
 	GRPCTLSCert, GRPCTLSKey string
 
 	// raw holds every value as given, for logging.
@@ -177,6 +180,13 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	case "none":
 	default:
 		bad("RATELIMIT_GRPC_AUTH", "want token or none, got %q", raw["RATELIMIT_GRPC_AUTH"])
+	}
+	switch raw["RATELIMIT_GRPC_RESPONSE_HEADERS"] {
+	case "on":
+		c.GRPCResponseHeaders = true
+	case "off":
+	default:
+		bad("RATELIMIT_GRPC_RESPONSE_HEADERS", "want on or off, got %q", raw["RATELIMIT_GRPC_RESPONSE_HEADERS"])
 	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		bad("RATELIMIT_GRPC_TLS_CERT", "give both a certificate and a key (RATELIMIT_GRPC_TLS_KEY), or neither")

@@ -95,6 +95,16 @@ func TestServeGRPC(t *testing.T) {
 	if scheme != "grpcs" {
 		t.Fatalf("scheme %s with a certificate", scheme)
 	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Serving from the moment /readyz answers 200, not a poll later.
+	hc := healthpb.NewHealthClient(conn)
+	if res, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health right after /readyz answered 200: %v, %v", res.GetStatus(), err)
+	}
 	for _, call := range []struct{ method, path, body string }{
 		{"PUT", "/v1/limits/PerUser", `{"id_format":"string","burst":1,"count":1,"period":"1m"}`},
 		{"POST", "/v1/rules", `{"domain":"edge","descriptor":[{"key":"user"}],"limit":"PerUser"}`},
@@ -103,11 +113,6 @@ func TestServeGRPC(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", call.method, call.path, code, body)
 		}
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer boot-secret")
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extv3.RateLimitDescriptor{
@@ -124,11 +129,6 @@ func TestServeGRPC(t *testing.T) {
 	if codes[0] != rlsv3.RateLimitResponse_OK || codes[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("two calls against a burst of 1: %v", codes)
 	}
-	hc := healthpb.NewHealthClient(conn)
-	s.waitFor(t, func() bool {
-		res, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		return err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
 	if err := s.stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -162,6 +162,40 @@ func TestServeGRPCWithoutAuth(t *testing.T) {
 	}
 }
 
+// TestServeGRPCResponseHeadersOff: -grpc-response-headers=off leaves
+// response_headers_to_add empty, as envoyproxy/ratelimit does unless asked;
+// the default fills it.
+func TestServeGRPCResponseHeadersOff(t *testing.T) {
+	for _, setting := range []string{"on", "off"} {
+		s := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": "boot-secret", "RATELIMIT_GRPC_RESPONSE_HEADERS": setting})
+		s.waitReady(t)
+		_, addr := s.grpcAddr(t)
+		for _, call := range []struct{ method, path, body string }{
+			{"PUT", "/v1/limits/PerUser", `{"id_format":"string","burst":5,"count":5,"period":"1m"}`},
+			{"POST", "/v1/rules", `{"domain":"edge","descriptor":[{"key":"user"}],"limit":"PerUser"}`},
+		} {
+			if code, body := s.call(t, call.method, call.path, "boot-secret", call.body); code != http.StatusCreated {
+				t.Fatalf("%s %s: %d %s", call.method, call.path, code, body)
+			}
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer boot-secret")
+		res, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "edge", Descriptors: []*extv3.RateLimitDescriptor{{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}},
+		})
+		conn.Close()
+		if err != nil || res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: %v, %v", setting, res, err)
+		}
+		if got := len(res.GetResponseHeadersToAdd()); (got > 0) != (setting == "on") {
+			t.Errorf("RATELIMIT_GRPC_RESPONSE_HEADERS=%s: headers %v", setting, res.GetResponseHeadersToAdd())
+		}
+	}
+}
+
 // TestGRPCConfiguration refuses bad gRPC settings, and turns the listener
 // off with an empty address.
 func TestGRPCConfiguration(t *testing.T) {
@@ -172,6 +206,7 @@ func TestGRPCConfiguration(t *testing.T) {
 		{map[string]string{"RATELIMIT_GRPC_AUTH": "maybe"}, "RATELIMIT_GRPC_AUTH: want token or none"},
 		{map[string]string{"RATELIMIT_GRPC_ADDR": "nowhere"}, "RATELIMIT_GRPC_ADDR: want host:port or empty"},
 		{map[string]string{"RATELIMIT_GRPC_TLS_CERT": "cert.pem"}, "RATELIMIT_GRPC_TLS_CERT: give both"},
+		{map[string]string{"RATELIMIT_GRPC_RESPONSE_HEADERS": "yes"}, `RATELIMIT_GRPC_RESPONSE_HEADERS: want on or off, got "yes"`},
 	} {
 		var out, errOut strings.Builder
 		err := run(context.Background(), []string{"serve"}, getenv(tc.env), &out, &errOut)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -269,6 +270,43 @@ func TestDebugListener(t *testing.T) {
 	off := startServe(t, map[string]string{"RATELIMIT_BOOTSTRAP_TOKEN": "rlt_debug"})
 	if strings.Contains(off.stdout.String(), "pprof") {
 		t.Errorf("a debug listener without RATELIMIT_DEBUG_ADDR:\n%s", off.stdout.String())
+	}
+}
+
+// TestDebugListenerKeepsSecrets: the command line, which may hold
+// -bootstrap-token, is not served, and a listener reachable from other
+// hosts is announced with a warning, since no token guards it.
+func TestDebugListenerKeepsSecrets(t *testing.T) {
+	args := os.Args
+	os.Args = append(slices.Clip(args), "-bootstrap-token=rlt_on_the_command_line")
+	t.Cleanup(func() { os.Args = args })
+	for _, tc := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"[::1]:0", false}, {":0", true}, {"0.0.0.0:0", true}} {
+		s := startServe(t, map[string]string{"RATELIMIT_DEBUG_ADDR": tc.addr})
+		m := pprofAt.FindStringSubmatch(s.stdout.String())
+		if m == nil {
+			if tc.addr == "[::1]:0" {
+				continue // no IPv6 loopback here
+			}
+			t.Fatalf("%s: no debug listener announced:\n%s", tc.addr, s.stdout.String())
+		}
+		res, err := http.Get(strings.Replace(m[1], "[::]", "127.0.0.1", 1) + "cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(body), "rlt_on_the_command_line") {
+			t.Errorf("%s: /debug/pprof/cmdline shows the bootstrap token: %d %q", tc.addr, res.StatusCode, body)
+		}
+		if warned := strings.Contains(s.stderr.String(), "reachable from other hosts"); warned != tc.warn {
+			t.Errorf("%s: warned %v, want %v:\n%s", tc.addr, warned, tc.warn, s.stderr.String())
+		}
+		if err := s.stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

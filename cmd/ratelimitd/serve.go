@@ -107,6 +107,10 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		servers, listeners = append(servers, debugServer(log)), append(listeners, dl)
 		fmt.Fprintf(stdout, "ratelimitd serves pprof on http://%s/debug/pprof/\n", dl.Addr())
 		log.Info("debug listener", "addr", dl.Addr().String())
+		if a, ok := dl.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+			log.Warn("the debug listener is reachable from other hosts, and no token guards the internals pprof shows: keep RATELIMIT_DEBUG_ADDR on loopback",
+				"addr", dl.Addr().String())
+		}
 	}
 	fmt.Fprintf(stdout, "ratelimitd listening on http://%s (admin page: http://%s/admin/)\n", ln.Addr(), ln.Addr())
 	log.Info("listening", "addr", ln.Addr().String(), "store", storeName, "database", d.Engine())
@@ -162,11 +166,12 @@ func protocols() *http.Protocols {
 
 // debugServer serves net/http/pprof, on its own listener so that profiles
 // are never reachable through the API's address. A CPU profile or a trace
-// takes as long as the client asks, so it has no write timeout.
+// takes as long as the client asks, so it has no write timeout. The
+// command line is left out: it may hold -bootstrap-token (the index
+// answers 404 for it).
 func debugServer(log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -228,7 +233,8 @@ func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.
 	if cfg.GRPCAddr == "" {
 		return func(context.Context) {}, nil
 	}
-	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: obs, Logger: log}
+	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: obs,
+		OmitHeaders: !cfg.GRPCResponseHeaders, Logger: log}
 	if !cfg.GRPCAuth {
 		rc.Auth = nil
 		log.Warn("the gRPC listener accepts calls without a token (RATELIMIT_GRPC_AUTH=none): only the proxy may reach it", "addr", cfg.GRPCAddr)
