@@ -23,8 +23,10 @@ const (
 )
 
 // DescriptorEntry is one key and value of a descriptor. In a rule, an empty
-// Value matches any value and a Value ending in '*' any value with that
-// prefix; in a request it is the value the proxy sent.
+// Value matches any value, and a Value with '*' in it is a wildcard, each
+// '*' standing for any run of characters (`foo*`, `bar*b`, `a*b*c`), as
+// envoyproxy/ratelimit reads it; in a request it is the value the proxy
+// sent.
 type DescriptorEntry struct {
 	Key   string
 	Value string
@@ -45,7 +47,7 @@ type Rule struct {
 // The kinds of match of one rule entry, most specific first.
 const (
 	matchExact = iota
-	matchPrefix
+	matchWildcard
 	matchFree
 )
 
@@ -54,8 +56,8 @@ func (e DescriptorEntry) kind() int {
 	switch {
 	case e.Value == "":
 		return matchFree
-	case strings.HasSuffix(e.Value, "*"):
-		return matchPrefix
+	case strings.Contains(e.Value, "*"):
+		return matchWildcard
 	}
 	return matchExact
 }
@@ -201,19 +203,58 @@ type ruleNode struct {
 // ruleLevel holds the patterns that go on with one key at one position.
 type ruleLevel struct {
 	exact map[string]*ruleNode
-	// prefixes are sorted longest first: a longer prefix is the more
-	// specific match.
-	prefixes []prefixNode
-	free     *ruleNode
+	// wild holds the wildcard values, in a trie on their literal prefix
+	// (the text before the first '*').
+	wild *wildTrie
+	free *ruleNode
 }
 
-type prefixNode struct {
-	prefix string
-	node   *ruleNode
+// wildTrie is a node of a radix tree of wildcard values on their literal
+// prefix: the values whose literal prefix ends here, most specific first,
+// and the longer prefixes by the first byte of the rest, each edge holding
+// a run of bytes. Looking a value up compares its bytes once, so the cost
+// does not grow with the number of prefixes, only with the wildcards that
+// share one literal prefix.
+type wildTrie struct {
+	// label is the run of bytes on the edge into this node.
+	label string
+	here  []wildValue
+	next  map[byte]*wildTrie
+}
+
+// wildValue is one wildcard value: its literal parts, split on '*', and
+// where a match leads.
+type wildValue struct {
+	value string
+	parts []string
+	// literal counts the characters of value that are not '*'.
+	literal int
+	node    *ruleNode
+}
+
+// matches reports whether v fits the wildcard: each '*' stands for any run
+// of characters, the empty one included. Taking the first place each
+// middle part fits is enough, as a later part can only gain from more
+// room.
+func (w wildValue) matches(v string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(v) < w.literal || !strings.HasPrefix(v, first) || !strings.HasSuffix(v, last) {
+		return false
+	}
+	rest := v[len(first) : len(v)-len(last)]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // ruleIndex is the tree of every domain's rules, built once per change of
-// the rules so that matching a descriptor costs a map look-up per entry.
+// the rules so that matching a descriptor costs a map look-up per entry
+// and a walk of its value's bytes per level with wildcards.
 type ruleIndex map[string]*ruleNode
 
 func buildRuleIndex(rules map[string]*Rule) ruleIndex {
@@ -238,7 +279,7 @@ func buildRuleIndex(rules map[string]*Rule) ruleIndex {
 		n.rule = r
 	}
 	for _, root := range idx {
-		root.sortPrefixes()
+		root.sortWildcards()
 	}
 	return idx
 }
@@ -254,16 +295,21 @@ func (lv *ruleLevel) child(e DescriptorEntry) *ruleNode {
 			lv.exact[e.Value] = &ruleNode{}
 		}
 		return lv.exact[e.Value]
-	case matchPrefix:
-		p := strings.TrimSuffix(e.Value, "*")
-		for _, pn := range lv.prefixes {
-			if pn.prefix == p {
-				return pn.node
+	case matchWildcard:
+		if lv.wild == nil {
+			lv.wild = &wildTrie{}
+		}
+		prefix, _, _ := strings.Cut(e.Value, "*")
+		t := lv.wild.at(prefix)
+		for _, w := range t.here {
+			if w.value == e.Value {
+				return w.node
 			}
 		}
-		n := &ruleNode{}
-		lv.prefixes = append(lv.prefixes, prefixNode{prefix: p, node: n})
-		return n
+		w := wildValue{value: e.Value, parts: strings.Split(e.Value, "*"),
+			literal: len(e.Value) - strings.Count(e.Value, "*"), node: &ruleNode{}}
+		t.here = append(t.here, w)
+		return w.node
 	}
 	if lv.free == nil {
 		lv.free = &ruleNode{}
@@ -271,26 +317,72 @@ func (lv *ruleLevel) child(e DescriptorEntry) *ruleNode {
 	return lv.free
 }
 
-func (n *ruleNode) sortPrefixes() {
-	for _, lv := range n.next {
-		slices.SortFunc(lv.prefixes, func(a, b prefixNode) int { return len(b.prefix) - len(a.prefix) })
-		for _, c := range lv.exact {
-			c.sortPrefixes()
+// at returns the node of a literal prefix, splitting an edge or adding one
+// when the prefix ends or leaves the tree in the middle of an edge.
+func (t *wildTrie) at(prefix string) *wildTrie {
+	for prefix != "" {
+		c := t.next[prefix[0]]
+		if c == nil {
+			c = &wildTrie{label: prefix}
+			if t.next == nil {
+				t.next = map[byte]*wildTrie{}
+			}
+			t.next[prefix[0]] = c
+			return c
 		}
-		for _, p := range lv.prefixes {
-			p.node.sortPrefixes()
+		n := 0
+		for n < len(c.label) && n < len(prefix) && c.label[n] == prefix[n] {
+			n++
+		}
+		if n < len(c.label) {
+			// The edge goes on past the common part: split it there.
+			mid := &wildTrie{label: c.label[:n], next: map[byte]*wildTrie{c.label[n]: c}}
+			c.label = c.label[n:]
+			t.next[prefix[0]] = mid
+			c = mid
+		}
+		t, prefix = c, prefix[n:]
+	}
+	return t
+}
+
+func (n *ruleNode) sortWildcards() {
+	for _, lv := range n.next {
+		for _, c := range lv.exact {
+			c.sortWildcards()
+		}
+		if lv.wild != nil {
+			lv.wild.sort()
 		}
 		if lv.free != nil {
-			lv.free.sortPrefixes()
+			lv.free.sortWildcards()
 		}
 	}
 }
 
+// sort orders the wildcards sharing a literal prefix most specific first:
+// more literal characters, then byte order, so that the choice never
+// depends on the order rules were made in.
+func (t *wildTrie) sort() {
+	slices.SortFunc(t.here, func(a, b wildValue) int {
+		if a.literal != b.literal {
+			return b.literal - a.literal
+		}
+		return strings.Compare(a.value, b.value)
+	})
+	for _, w := range t.here {
+		w.node.sortWildcards()
+	}
+	for _, c := range t.next {
+		c.sort()
+	}
+}
+
 // match finds the most specific rule for the entries from position i on:
-// trying an exact value before prefixes (longest first) before a free
-// entry, and backtracking only when a branch has no rule of the right
-// length, so that the first rule found is the most specific comparing
-// entries from the first.
+// trying an exact value before wildcards (the longest literal prefix
+// first) before a free entry, and backtracking only when a branch has no
+// rule of the right length, so that the first rule found is the most
+// specific comparing entries from the first.
 func (n *ruleNode) match(entries []DescriptorEntry) *Rule {
 	if len(entries) == 0 {
 		return n.rule
@@ -305,15 +397,33 @@ func (n *ruleNode) match(entries []DescriptorEntry) *Rule {
 			return r
 		}
 	}
-	for _, p := range lv.prefixes {
-		if strings.HasPrefix(v, p.prefix) {
-			if r := p.node.match(rest); r != nil {
-				return r
-			}
+	if lv.wild != nil {
+		if r := lv.wild.match(v, 0, rest); r != nil {
+			return r
 		}
 	}
 	if lv.free != nil {
 		return lv.free.match(rest)
+	}
+	return nil
+}
+
+// match tries the wildcards whose literal prefix is a prefix of v, from
+// the node that ends at v[:i] down: the deeper ones first.
+func (t *wildTrie) match(v string, i int, rest []DescriptorEntry) *Rule {
+	if i < len(v) {
+		if c := t.next[v[i]]; c != nil && strings.HasPrefix(v[i:], c.label) {
+			if r := c.match(v, i+len(c.label), rest); r != nil {
+				return r
+			}
+		}
+	}
+	for _, w := range t.here {
+		if w.matches(v) {
+			if r := w.node.match(rest); r != nil {
+				return r
+			}
+		}
 	}
 	return nil
 }
