@@ -125,9 +125,17 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if d.Source == limiter.SourceUnlimited {
+			// As envoyproxy/ratelimit answers it: all that 32 bits hold.
+			st.LimitRemaining = math.MaxUint32
 			continue
 		}
 		st.CurrentLimit = currentLimit(d.Limit, d.Params)
+		if d.Params.Burst == 0 {
+			// Blocked: 0 requests in the unit of the override's period,
+			// as envoyproxy/ratelimit reports requests_per_unit 0.
+			st.CurrentLimit = currentLimit(d.Limit, limiter.Params{Count: 1, Period: d.Params.Period})
+			st.CurrentLimit.RequestsPerUnit = 0
+		}
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
 	}
