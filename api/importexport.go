@@ -24,12 +24,15 @@ type importResult struct {
 	Created   int                    `json:"created"`
 	Updated   int                    `json:"updated"`
 	Unchanged int                    `json:"unchanged"`
+	Removed   []string               `json:"removed,omitempty"`
+	Notes     []string               `json:"notes,omitempty"`
 	Errors    []limitfile.EntryError `json:"errors"`
 }
 
 // toImportResult converts the counts of an import.
 func toImportResult(c limiter.ImportCounts) importResult {
-	return importResult{Created: c.Created, Updated: c.Updated, Unchanged: c.Unchanged, Errors: []limitfile.EntryError{}}
+	return importResult{Created: c.Created, Updated: c.Updated, Unchanged: c.Unchanged,
+		Removed: c.Removed, Notes: c.Notes, Errors: []limitfile.EntryError{}}
 }
 
 // importFailure is an import refused for bad entries; nothing was written.

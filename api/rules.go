@@ -25,8 +25,9 @@ type Rules interface {
 // descriptorEntryBody is an entry of a rule's descriptor as the API writes
 // it: no value for an entry that matches any value.
 type descriptorEntryBody struct {
-	Key   string  `json:"key"`
-	Value *string `json:"value,omitempty"`
+	Key    string  `json:"key"`
+	Value  *string `json:"value,omitempty"`
+	Shared bool    `json:"shared,omitempty"`
 }
 
 // ruleFromBody converts the body of POST /v1/rules, adding every field
@@ -58,6 +59,7 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 				errs.Add(input.Join(e.Path(), "value"), "must not be empty; leave it out to match any value")
 			}
 		}
+		entry.Shared, _ = e.Bool("shared")
 		entries = append(entries, entry)
 	})
 	// The entries beyond the most were not read; the domain sees the rest.
@@ -85,6 +87,7 @@ func toRuleResponse(r limiter.Rule) ruleResponse {
 		if e.Value != "" {
 			out.Descriptor[i].Value = &e.Value
 		}
+		out.Descriptor[i].Shared = e.Shared
 	}
 	return out
 }

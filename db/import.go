@@ -25,16 +25,57 @@ import (
 // exists neither before nor in limits is limiter.ErrUnknownLimit; two
 // overrides of one bucket are limiter.ErrOverrideExists.
 func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
-	return d.ImportRules(ctx, actor, limits, nil, overrides, dryRun)
+	return d.ImportRules(ctx, actor, "", limits, nil, overrides, dryRun)
 }
 
-// ImportRules is Import with rules, written after the limits and before
-// the overrides: a rule is upserted by domain and descriptor, taking the
-// limit given, and counted unchanged when it has it already. Rules the
-// import does not name stay as they are.
-func (d *DB) ImportRules(ctx context.Context, actor string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
+// importRules makes the rules of domain those given. Without a domain
+// there are none to import.
+func (w *writeTx) importRules(ctx context.Context, domain string, rules []limiter.Rule, counts *limiter.ImportCounts) error {
+	if domain == "" {
+		return nil
+	}
+	stored, err := collect(ctx, w.d, w.tx, scanRule, `SELECT `+ruleColumns+` FROM rules WHERE domain = $1 ORDER BY id`, domain)
+	if err != nil {
+		return err
+	}
+	old := make(map[string]limiter.Rule, len(stored))
+	for _, r := range stored {
+		old[descriptorHash(r.Descriptor)] = r
+	}
+	named := make(map[string]bool, len(rules))
+	for _, r := range rules {
+		if r.Domain != domain {
+			return fmt.Errorf("import of domain %q holds a rule of domain %q", domain, r.Domain)
+		}
+		res, err := w.putRule(ctx, r, old)
+		if err != nil {
+			return err
+		}
+		count(counts, res)
+		named[descriptorHash(r.Descriptor)] = true
+	}
+	for _, r := range stored {
+		if named[descriptorHash(r.Descriptor)] {
+			continue
+		}
+		if err := w.deleteRule(ctx, r); err != nil {
+			return err
+		}
+		counts.Removed = append(counts.Removed, "rule "+r.ID+" of "+descriptorJSON(r.Descriptor)+" to limit "+r.Limit)
+	}
+	return nil
+}
+
+// ImportRules is Import with the rules of one domain, written after the
+// limits and before the overrides: a rule is upserted by descriptor,
+// taking the limit and shared entries given, and counted unchanged when it
+// has them already. The rules of domain that the import does not name are
+// deleted, so that the domain holds exactly the rules given, and each is
+// described in the counts' Removed; every rule given must be of domain.
+func (d *DB) ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
 	var counts limiter.ImportCounts
 	err := d.write(ctx, actor, func(w *writeTx) error {
+		counts = limiter.ImportCounts{}
 		w.dryRun = dryRun
 		for _, l := range limits {
 			_, res, err := w.putLimit(ctx, l)
@@ -43,12 +84,8 @@ func (d *DB) ImportRules(ctx context.Context, actor string, limits []limiter.Lim
 			}
 			count(&counts, res)
 		}
-		for _, r := range rules {
-			res, err := w.putRule(ctx, r)
-			if err != nil {
-				return err
-			}
-			count(&counts, res)
+		if err := w.importRules(ctx, domain, rules, &counts); err != nil {
+			return err
 		}
 		return w.importOverrides(ctx, overrides, &counts)
 	})

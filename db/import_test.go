@@ -2,6 +2,7 @@ package db
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestImport(t *testing.T) {
 
 		before := e.rowCounts(t)
 		counts, err := e.db.Import(ctx, "importer", limits, overrides, true)
-		if err != nil || counts != want {
+		if err != nil || !reflect.DeepEqual(counts, want) {
 			t.Fatalf("dry run = %+v, %v; want %+v", counts, err, want)
 		}
 		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -44,7 +45,7 @@ func TestImport(t *testing.T) {
 		}
 
 		counts, err = e.db.Import(ctx, "importer", limits, overrides, false)
-		if err != nil || counts != want {
+		if err != nil || !reflect.DeepEqual(counts, want) {
 			t.Fatalf("Import = %+v, %v; want %+v", counts, err, want)
 		}
 		if l, _ := e.db.GetLimit(ctx, "Existing"); l.Burst != 11 || l.Enum != existing.Enum {
@@ -72,7 +73,7 @@ func TestImport(t *testing.T) {
 
 		// Importing the same again changes nothing.
 		counts, err = e.db.Import(ctx, "importer", limits, overrides, false)
-		if want := (limiter.ImportCounts{Unchanged: 7}); err != nil || counts != want {
+		if want := (limiter.ImportCounts{Unchanged: 7}); err != nil || !reflect.DeepEqual(counts, want) {
 			t.Errorf("second import = %+v, %v; want %+v", counts, err, want)
 		}
 	})

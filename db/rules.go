@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -27,23 +28,30 @@ const ruleColumns = `id, domain, descriptor, limit_name, created_at, updated_at`
 // entryDoc is a descriptor entry as the descriptor column, the audit and
 // the REST API write it: no value for an entry that matches any.
 type entryDoc struct {
-	Key   string `json:"key"`
-	Value string `json:"value,omitempty"`
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Shared bool   `json:"shared,omitempty"`
 }
 
-// descriptorJSON encodes a pattern; the encoding is deterministic, so that
-// its hash tells patterns apart.
+// descriptorJSON encodes a pattern deterministically.
 func descriptorJSON(entries []limiter.DescriptorEntry) string {
 	docs := make([]entryDoc, len(entries))
 	for i, e := range entries {
 		docs[i] = entryDoc(e)
 	}
-	b, _ := json.Marshal(docs) // strings and structs of strings always encode
+	b, _ := json.Marshal(docs) // strings, bools and structs of them always encode
 	return string(b)
 }
 
-func descriptorHash(doc string) string {
-	h := sha256.Sum256([]byte(doc))
+// descriptorHash tells patterns apart by their keys and values only: one
+// domain holds a pattern once, shared or not. A pattern without shared
+// entries hashes as it did before entries could be shared.
+func descriptorHash(entries []limiter.DescriptorEntry) string {
+	plain := make([]limiter.DescriptorEntry, len(entries))
+	for i, e := range entries {
+		plain[i] = limiter.DescriptorEntry{Key: e.Key, Value: e.Value}
+	}
+	h := sha256.Sum256([]byte(descriptorJSON(plain)))
 	return hex.EncodeToString(h[:])
 }
 
@@ -137,7 +145,7 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 	err := w.exec(ctx, `
 		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, created_at, updated_at, updated_by)
 		VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`,
-		r.ID, r.Domain, desc, descriptorHash(desc), r.Limit, w.now, w.actor)
+		r.ID, r.Domain, desc, descriptorHash(r.Descriptor), r.Limit, w.now, w.actor)
 	switch violated(err) {
 	case rulesDomainDescriptorKey, rulesDomainDescriptorKeySQLite:
 		return limiter.Rule{}, fmt.Errorf("domain %q, descriptor %s: %w", r.Domain, desc, limiter.ErrRuleExists)
@@ -149,22 +157,38 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 		limitName: r.Limit, after: toRuleDoc(r)})
 }
 
-// putRule creates r, or points the rule of its domain and descriptor at
-// r.Limit.
-func (w *writeTx) putRule(ctx context.Context, r limiter.Rule) (outcome, error) {
-	desc := descriptorJSON(r.Descriptor)
-	old, err := scanRuleFrom(w.tx.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules WHERE domain = $1 AND descriptor_hash = $2`,
-		r.Domain, descriptorHash(desc)))
-	switch err = w.d.fail(ctx, err); {
-	case errors.Is(err, sql.ErrNoRows):
+// putRule creates r, or gives the rule of its domain and descriptor
+// r's limit and shared entries; old holds the stored rules of r's domain
+// by descriptor hash.
+func (w *writeTx) putRule(ctx context.Context, r limiter.Rule, old map[string]limiter.Rule) (outcome, error) {
+	o, ok := old[descriptorHash(r.Descriptor)]
+	switch {
+	case !ok:
 		_, err := w.createRule(ctx, r)
 		return created, err
-	case err != nil:
-		return unchanged, err
-	case old.Limit == r.Limit:
+	case o.Limit == r.Limit && slices.Equal(o.Descriptor, r.Descriptor):
 		return unchanged, nil
 	}
-	return updated, w.setRuleLimit(ctx, old, r.Limit)
+	n := o
+	n.Descriptor, n.Limit, n.UpdatedAt = r.Descriptor, r.Limit, w.now
+	if err := w.ruleLimit(ctx, n); err != nil {
+		return unchanged, err
+	}
+	if err := w.exec(ctx, `UPDATE rules SET descriptor = $2, limit_name = $3, updated_at = $4, updated_by = $5 WHERE id = $1`,
+		n.ID, descriptorJSON(n.Descriptor), n.Limit, w.now, w.actor); err != nil {
+		return unchanged, err
+	}
+	return updated, w.audit(ctx, auditEntry{entity: entityRule, entityID: n.ID, action: limiter.ActionUpdate,
+		limitName: n.Limit, before: toRuleDoc(o), after: toRuleDoc(n)})
+}
+
+// deleteRule deletes the stored rule old, with its audit entry.
+func (w *writeTx) deleteRule(ctx context.Context, old limiter.Rule) error {
+	if err := w.exec(ctx, `DELETE FROM rules WHERE id = $1`, old.ID); err != nil {
+		return err
+	}
+	return w.audit(ctx, auditEntry{entity: entityRule, entityID: old.ID, action: limiter.ActionDelete,
+		limitName: old.Limit, before: toRuleDoc(old)})
 }
 
 // GetRule returns the rule with the id, or an error wrapping
@@ -237,11 +261,7 @@ func (d *DB) DeleteRule(ctx context.Context, actor, id string) error {
 		if err != nil {
 			return err
 		}
-		if err := w.exec(ctx, `DELETE FROM rules WHERE id = $1`, id); err != nil {
-			return err
-		}
-		return w.audit(ctx, auditEntry{entity: entityRule, entityID: id, action: limiter.ActionDelete,
-			limitName: old.Limit, before: toRuleDoc(old)})
+		return w.deleteRule(ctx, old)
 	})
 }
 

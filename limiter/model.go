@@ -243,4 +243,10 @@ type ImportCounts struct {
 	Created   int
 	Updated   int
 	Unchanged int
+	// Removed describes the rules an import of an Envoy configuration
+	// deleted because the file no longer has them.
+	Removed []string
+	// Notes say what an import kept of settings it reads but does not
+	// act on as the file's author may expect.
+	Notes []string
 }

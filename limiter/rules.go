@@ -30,6 +30,10 @@ const (
 type DescriptorEntry struct {
 	Key   string
 	Value string
+	// Shared, in a rule, makes every value the entry matches count in one
+	// bucket (envoyproxy/ratelimit's share_threshold), as a fixed value
+	// does; it is only for an entry without a fixed value.
+	Shared bool
 }
 
 // Rule maps the descriptors of a domain that match its pattern onto a limit:
@@ -62,9 +66,9 @@ func (e DescriptorEntry) kind() int {
 	return matchExact
 }
 
-// Fixed reports whether the entry matches one value only, and so adds
-// nothing to the bucket id.
-func (e DescriptorEntry) Fixed() bool { return e.kind() == matchExact }
+// Fixed reports whether the entry adds nothing to the bucket id: it
+// matches one value only, or the values it matches share a bucket.
+func (e DescriptorEntry) Fixed() bool { return e.kind() == matchExact || e.Shared }
 
 // FreeEntries counts the entries whose values form the bucket id.
 func (r Rule) FreeEntries() int {
@@ -108,6 +112,9 @@ func ValidateDescriptor(domain string, entries []DescriptorEntry) []FieldError {
 				ve.Add(field+".value", msg)
 			}
 		}
+		if e.Shared && e.kind() == matchExact {
+			ve.Add(field+".shared", "is only for an entry without a value or with a wildcard: one value is one bucket anyway")
+		}
 	}
 	return ve.Fields
 }
@@ -149,9 +156,11 @@ func DescriptorTextProblem(s string) string {
 }
 
 // SameDescriptor reports whether two rules have the same pattern, which
-// one domain may hold once.
+// one domain may hold once: the same keys and values, shared or not.
 func (r Rule) SameDescriptor(o Rule) bool {
-	return r.Domain == o.Domain && slices.Equal(r.Descriptor, o.Descriptor)
+	return r.Domain == o.Domain && slices.EqualFunc(r.Descriptor, o.Descriptor, func(a, b DescriptorEntry) bool {
+		return a.Key == b.Key && a.Value == b.Value
+	})
 }
 
 // BucketID forms the bucket id of a matched request descriptor from the
@@ -446,7 +455,31 @@ func (s *Snapshot) Rules() []Rule {
 // Match finds the most specific rule of domain that entries match; ok is
 // false when none does. The rule's BucketID of entries is the bucket.
 func (s *Snapshot) Match(domain string, entries []DescriptorEntry) (r Rule, ok bool) {
-	root := s.ruleIdx[domain]
+	return s.ruleIdx.match(domain, entries)
+}
+
+// Matcher finds the most specific of a set of rules for a descriptor, as
+// a snapshot does, without limits: an import places the descriptors of a
+// file with it before anything is stored.
+type Matcher struct{ idx ruleIndex }
+
+// NewMatcher indexes rules, which must be valid and of distinct patterns.
+func NewMatcher(rules []Rule) Matcher {
+	m := make(map[string]*Rule, len(rules))
+	for i := range rules {
+		m[strconv.Itoa(i)] = &rules[i]
+	}
+	return Matcher{idx: buildRuleIndex(m)}
+}
+
+// Match finds the most specific rule of domain that entries match; ok is
+// false when none does.
+func (m Matcher) Match(domain string, entries []DescriptorEntry) (Rule, bool) {
+	return m.idx.match(domain, entries)
+}
+
+func (idx ruleIndex) match(domain string, entries []DescriptorEntry) (r Rule, ok bool) {
+	root := idx[domain]
 	if root == nil {
 		return Rule{}, false
 	}
