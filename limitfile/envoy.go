@@ -104,17 +104,18 @@ type envoyReader struct {
 // Each descriptor with a rate_limit becomes a rule of the domain and a
 // limit (named by rate_limit.name, or after the domain and descriptor) of
 // the id format string, with burst and count requests_per_unit and period
-// the unit (times unit_multiplier). A descriptor with a value that a less
-// specific descriptor of the file also matches becomes instead an override
-// of that descriptor's limit for the bucket of its values, when it can be
-// one: same shadow_mode, no name of its own. unlimited: true, and a
-// descriptor with neither a limit nor nested descriptors, becomes an
-// unlimited override of the less specific descriptor's limit, or nothing
-// at all when no other descriptor would match its requests (ratelimitd
-// answers those OK anyway). requests_per_unit 0 blocks. What ratelimitd
+// the unit (times unit_multiplier). A descriptor that fixes every value,
+// where a less specific rule of the file would answer its requests,
+// becomes instead an override of that rule's limit for its bucket, when it
+// can be one: same shadow_mode, no name of its own. A blocked
+// (requests_per_unit 0) or unlimited descriptor that no override can
+// express gets a rule whose values share one bucket, and an override of
+// that bucket. share_threshold shares the values of a wildcard entry.
+// metadata.ratelimitd carries what the format cannot hold (id_format,
+// burst, description, comment), as ExportEnvoy writes it. The rules of
+// the domain that the file does not name are deleted. What ratelimitd
 // cannot express with the same meaning is an error naming the line:
-// replaces, share_threshold, detailed_metric, units it does not know, and
-// descriptors whose requests it could only partly tell apart.
+// replaces, quota_mode, units it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	if bad != nil {
@@ -577,7 +578,7 @@ func generatedName(domain string, entries []limiter.DescriptorEntry) string {
 // envoyNode is a descriptor of an exported file: its entry, what applies
 // to it, and the descriptors nested under it, in the order first seen.
 type envoyNode struct {
-	entry    limiter.DescriptorEntry
+	entry limiter.DescriptorEntry
 	// own holds what the node's metadata must say for an import to
 	// restore the limit or override as it is.
 	own      ownKeys
