@@ -38,9 +38,16 @@ func TestRules(t *testing.T) {
 			e.do("POST", "/v1/rules", e.admin, obj{
 				"domain": "edge", "descriptor": []obj{{"key": "path", "value": "/api*"}, {"key": "user"}}, "limit": "PerText",
 			}).expect(t, http.StatusCreated)
-			e.do("POST", "/v1/rules", e.admin, obj{
+			modes := e.do("POST", "/v1/rules", e.admin, obj{
 				"domain": "other", "descriptor": []obj{{"key": "k", "value": "v"}}, "limit": "PerText",
-			}).expect(t, http.StatusCreated)
+				"replaces": []obj{{"name": "PerIP"}}, "quota_mode": true,
+			}).expect(t, http.StatusCreated).object(t)
+			if rep, _ := modes["replaces"].([]any); len(rep) != 1 || rep[0].(map[string]any)["name"] != "PerIP" || modes["quota_mode"] != true {
+				t.Errorf("replaces and quota_mode: %v", modes)
+			}
+			if r, ok := e.limiter.Snapshot().Match("other", entriesOf("k", "v")); !ok || len(r.Replaces) != 1 || !r.QuotaMode {
+				t.Errorf("the snapshot's rule: %+v, %v", r, ok)
+			}
 
 			var list struct {
 				Rules []struct {

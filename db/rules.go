@@ -23,7 +23,7 @@ const (
 	rulesDomainDescriptorKeySQLite = "rules.domain, rules.descriptor_hash"
 )
 
-const ruleColumns = `id, domain, descriptor, limit_name, created_at, updated_at`
+const ruleColumns = `id, domain, descriptor, limit_name, replaces, quota_mode, created_at, updated_at`
 
 // entryDoc is a descriptor entry as the descriptor column, the audit and
 // the REST API write it: no value for an entry that matches any.
@@ -55,18 +55,30 @@ func descriptorHash(entries []limiter.DescriptorEntry) string {
 	return hex.EncodeToString(h[:])
 }
 
+// replacesJSON encodes the limits a rule replaces, [] for none.
+func replacesJSON(names []string) string {
+	if names == nil {
+		names = []string{}
+	}
+	b, _ := json.Marshal(names) // strings always encode
+	return string(b)
+}
+
 // ruleDoc is a rule in audit entries, in the shape of the REST API's.
 type ruleDoc struct {
 	ID         string     `json:"id"`
 	Domain     string     `json:"domain"`
 	Descriptor []entryDoc `json:"descriptor"`
 	Limit      string     `json:"limit"`
+	Replaces   []string   `json:"replaces,omitempty"`
+	QuotaMode  bool       `json:"quota_mode,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 }
 
 func toRuleDoc(r limiter.Rule) *ruleDoc {
-	d := &ruleDoc{ID: r.ID, Domain: r.Domain, Limit: r.Limit, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	d := &ruleDoc{ID: r.ID, Domain: r.Domain, Limit: r.Limit, Replaces: r.Replaces, QuotaMode: r.QuotaMode,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	for _, e := range r.Descriptor {
 		d.Descriptor = append(d.Descriptor, entryDoc(e))
 	}
@@ -79,9 +91,15 @@ func scanRule(rows *sql.Rows) (limiter.Rule, error) {
 
 func scanRuleFrom(row interface{ Scan(...any) error }) (limiter.Rule, error) {
 	var r limiter.Rule
-	var desc string
-	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &r.CreatedAt, &r.UpdatedAt); err != nil {
+	var desc, replaces string
+	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &replaces, &r.QuotaMode, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return limiter.Rule{}, err
+	}
+	if err := json.Unmarshal([]byte(replaces), &r.Replaces); err != nil {
+		return limiter.Rule{}, fmt.Errorf("database: the replaces of rule %q: %w", r.ID, err)
+	}
+	if len(r.Replaces) == 0 {
+		r.Replaces = nil
 	}
 	var docs []entryDoc
 	if err := json.Unmarshal([]byte(desc), &docs); err != nil {
@@ -143,9 +161,9 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 	r.CreatedAt, r.UpdatedAt = w.now, w.now
 	desc := descriptorJSON(r.Descriptor)
 	err := w.exec(ctx, `
-		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, created_at, updated_at, updated_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`,
-		r.ID, r.Domain, desc, descriptorHash(r.Descriptor), r.Limit, w.now, w.actor)
+		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, replaces, quota_mode, created_at, updated_at, updated_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)`,
+		r.ID, r.Domain, desc, descriptorHash(r.Descriptor), r.Limit, replacesJSON(r.Replaces), r.QuotaMode, w.now, w.actor)
 	switch violated(err) {
 	case rulesDomainDescriptorKey, rulesDomainDescriptorKeySQLite:
 		return limiter.Rule{}, fmt.Errorf("domain %q, descriptor %s: %w", r.Domain, desc, limiter.ErrRuleExists)
@@ -158,24 +176,24 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 }
 
 // putRule creates r, or gives the rule of its domain and descriptor
-// r's limit and shared entries; old holds the stored rules of r's domain
-// by descriptor hash.
+// r's limit, shared entries, replaces and quota mode; old holds the
+// stored rules of r's domain by descriptor hash.
 func (w *writeTx) putRule(ctx context.Context, r limiter.Rule, old map[string]limiter.Rule) (outcome, error) {
 	o, ok := old[descriptorHash(r.Descriptor)]
 	switch {
 	case !ok:
 		_, err := w.createRule(ctx, r)
 		return created, err
-	case o.Limit == r.Limit && slices.Equal(o.Descriptor, r.Descriptor):
+	case o.Limit == r.Limit && slices.Equal(o.Descriptor, r.Descriptor) && slices.Equal(o.Replaces, r.Replaces) && o.QuotaMode == r.QuotaMode:
 		return unchanged, nil
 	}
 	n := o
-	n.Descriptor, n.Limit, n.UpdatedAt = r.Descriptor, r.Limit, w.now
+	n.Descriptor, n.Limit, n.Replaces, n.QuotaMode, n.UpdatedAt = r.Descriptor, r.Limit, r.Replaces, r.QuotaMode, w.now
 	if err := w.ruleLimit(ctx, n); err != nil {
 		return unchanged, err
 	}
-	if err := w.exec(ctx, `UPDATE rules SET descriptor = $2, limit_name = $3, updated_at = $4, updated_by = $5 WHERE id = $1`,
-		n.ID, descriptorJSON(n.Descriptor), n.Limit, w.now, w.actor); err != nil {
+	if err := w.exec(ctx, `UPDATE rules SET descriptor = $2, limit_name = $3, replaces = $4, quota_mode = $5, updated_at = $6, updated_by = $7 WHERE id = $1`,
+		n.ID, descriptorJSON(n.Descriptor), n.Limit, replacesJSON(n.Replaces), n.QuotaMode, w.now, w.actor); err != nil {
 		return unchanged, err
 	}
 	return updated, w.audit(ctx, auditEntry{entity: entityRule, entityID: n.ID, action: limiter.ActionUpdate,

@@ -17,6 +17,8 @@ import (
 const (
 	// MaxDescriptorEntries bounds the entries of one descriptor.
 	MaxDescriptorEntries = 16
+	// MaxReplaces bounds the limits one rule replaces.
+	MaxReplaces = 16
 	// maxDescriptorText bounds a domain, key or value, as bucket ids are
 	// bounded.
 	maxDescriptorText = 256
@@ -44,8 +46,19 @@ type Rule struct {
 	Domain     string
 	Descriptor []DescriptorEntry
 	Limit      string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Replaces names limits that this rule takes the place of, as
+	// envoyproxy/ratelimit's rate_limit.replaces does: when a request's
+	// descriptor matches this rule, its other descriptors whose limits
+	// are named here are answered OK and spend nothing. A name need not
+	// be a limit that exists; it then replaces nothing.
+	Replaces []string
+	// QuotaMode is envoyproxy/ratelimit's quota_mode: a descriptor of this
+	// rule over its limit does not by itself make the request OVER_LIMIT,
+	// unless every quota-mode descriptor of the request is over its limit
+	// too.
+	QuotaMode bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // The kinds of match of one rule entry, most specific first.
@@ -88,6 +101,17 @@ func (r Rule) Validate() []FieldError {
 	ve := ValidationError{Fields: ValidateDescriptor(r.Domain, r.Descriptor)}
 	if msg := NameProblem(r.Limit); msg != "" {
 		ve.Add("limit", msg)
+	}
+	if len(r.Replaces) > MaxReplaces {
+		ve.Add("replaces", "must hold at most "+strconv.Itoa(MaxReplaces)+" limit names")
+	}
+	for i, name := range r.Replaces[:min(len(r.Replaces), MaxReplaces)] {
+		field := "replaces[" + strconv.Itoa(i) + "].name"
+		if msg := NameProblem(name); msg != "" {
+			ve.Add(field, msg)
+		} else if slices.Contains(r.Replaces[:i], name) {
+			ve.Add(field, "names "+strconv.Quote(name)+" twice")
+		}
 	}
 	return ve.Fields
 }
@@ -501,7 +525,7 @@ func (b *Builder) PutRule(r Rule) error {
 		return fmt.Errorf("rule %q of unknown limit %q: %w", r.ID, r.Limit, ErrNotFound)
 	}
 	b.ownRules()
-	r.Descriptor = slices.Clone(r.Descriptor)
+	r.Descriptor, r.Replaces = slices.Clone(r.Descriptor), slices.Clone(r.Replaces)
 	b.snap.rules[r.ID] = &r
 	return nil
 }

@@ -66,6 +66,10 @@ type pattern struct {
 	params    limiter.Params
 	shadow    bool
 	name      string
+	// replaces names the limits the pattern's rule replaces, and quota is
+	// its quota_mode.
+	replaces []string
+	quota    bool
 	// own holds what ratelimitd's own metadata keys say.
 	own ownKeys
 	// rule is set once the pattern has become a rule, and limit is its
@@ -107,15 +111,17 @@ type envoyReader struct {
 // the unit (times unit_multiplier). A descriptor that fixes every value,
 // where a less specific rule of the file would answer its requests,
 // becomes instead an override of that rule's limit for its bucket, when it
-// can be one: same shadow_mode, no name of its own. A blocked
+// can be one: same shadow_mode, quota_mode and replaces, no name of its
+// own, and a limit no rule replaces. rate_limit.replaces and quota_mode
+// go on the rule. A blocked
 // (requests_per_unit 0) or unlimited descriptor that no override can
 // express gets a rule whose values share one bucket, and an override of
 // that bucket. share_threshold shares the values of a wildcard entry.
 // metadata.ratelimitd carries what the format cannot hold (id_format,
 // burst, description, comment), as ExportEnvoy writes it. The rules of
 // the domain that the file does not name are deleted. What ratelimitd
-// cannot express with the same meaning is an error naming the line:
-// replaces, quota_mode, units it does not know.
+// cannot express with the same meaning is an error naming the line: units
+// it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	if bad != nil {
@@ -213,9 +219,6 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 		}
 		entry.Shared = true
 	}
-	if v, _, ok := readBool(e, f, "quota_mode"); ok && v {
-		e.fail(lineOf(f, "quota_mode"), "quota_mode", "is not supported: ratelimitd cannot yet answer a descriptor over its quota as allowed")
-	}
 	for _, k := range []string{"detailed_metric", "value_to_metric"} {
 		if v, _, ok := readBool(e, f, k); ok && v {
 			r.note(lineOf(f, k), e.label, k+" is accepted and has no effect: ratelimitd's metrics count decisions by limit and never carry descriptor values")
@@ -226,8 +229,9 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 		own = r.metadata(e, m)
 	}
 	shadow, _, _ := readBool(e, f, "shadow_mode")
+	quota, _, _ := readBool(e, f, "quota_mode")
 	entries := append(slices.Clip(above), entry)
-	p := &pattern{entries: entries, line: n.Line, label: e.label, shadow: shadow, own: own}
+	p := &pattern{entries: entries, line: n.Line, label: e.label, shadow: shadow, quota: quota, own: own}
 	rl := f.get("rate_limit")
 	nested := f.get("descriptors")
 	switch {
@@ -308,8 +312,8 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	}
 	before := len(r.errs)
 	f := readFields(e, n, "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces")
-	if f.get("replaces") != nil {
-		e.fail(lineOf(f, "replaces"), "replaces", "is not supported: ratelimitd applies every matching rule, and cannot drop one for another")
+	if n := f.get("replaces"); n != nil {
+		r.replaces(e, n, p)
 	}
 	if name, present, ok := readText(e, f, "name"); present && ok {
 		if msg := limiter.NameProblem(name); msg != "" {
@@ -369,6 +373,35 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	return true
 }
 
+// replaces reads rate_limit.replaces, a list of {name}. A name that no
+// limit can have (envoyproxy/ratelimit accepts any, and an empty one)
+// replaces nothing there either: it is left out, with a note.
+func (r *envoyReader) replaces(e *entry, n *yaml.Node, p *pattern) {
+	if n.Kind != yaml.SequenceNode {
+		e.fail(n.Line, "replaces", "must be a list of {name}, not "+describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		// e reports for rate_limit.
+		ie := e.part(item.Line, e.prefix+".replaces["+strconv.Itoa(i)+"]", e.label)
+		if item.Kind != yaml.MappingNode {
+			ie.fail(0, "", "must be a map with name, not "+describe(item))
+			continue
+		}
+		name, _, ok := readText(ie, readFields(ie, item, "name"), "name")
+		switch {
+		case !ok:
+		case limiter.NameProblem(name) != "":
+			r.note(item.Line, e.label, "replaces "+strconv.Quote(clip(name))+" names no limit ratelimitd can hold ("+limiter.NameProblem(name)+"): it replaces nothing and is left out")
+		case !slices.Contains(p.replaces, name):
+			p.replaces = append(p.replaces, name)
+		}
+	}
+	if len(p.replaces) > limiter.MaxReplaces {
+		e.fail(n.Line, "replaces", "must name at most "+strconv.Itoa(limiter.MaxReplaces)+" limits")
+	}
+}
+
 // label names a descriptor in messages: domain, then key=value pairs.
 func label(domain string, above []limiter.DescriptorEntry, last limiter.DescriptorEntry) string {
 	var b strings.Builder
@@ -424,6 +457,14 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 			general = append(general, p)
 		}
 	}
+	// A limit some rule replaces is replaced for every descriptor it
+	// serves, so it serves no descriptor of the file without a name.
+	replaced := map[string]bool{}
+	for _, p := range r.patterns {
+		for _, name := range p.replaces {
+			replaced[name] = true
+		}
+	}
 	for _, p := range general {
 		r.own(out, p)
 	}
@@ -440,7 +481,11 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 			catcher = out.ruled[i]
 		}
 		bucket, ok := "", false
-		if catcher != nil && !catcher.shares() && p.name == "" && p.shadow == catcher.shadow {
+		// A descriptor of a replaced limit is replaced with it, which
+		// it says by naming the limit.
+		sameName := p.name != "" && p.name == catcher.limitName()
+		if catcher != nil && !catcher.shares() && (p.name == "" && !replaced[catcher.limit.Name] || sameName) &&
+			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) {
 			bucket = catcher.rule.BucketID(p.entries)
 			_, err := limiter.String.Canonical(bucket)
 			ok = err == nil
@@ -468,6 +513,14 @@ type resolved struct {
 	rules     []limiter.Rule
 	ruled     []*pattern
 	overrides []limiter.Override
+}
+
+// limitName is the name of p's limit, "" when p has none.
+func (p *pattern) limitName() string {
+	if p == nil || p.limit == nil {
+		return ""
+	}
+	return p.limit.Name
 }
 
 // shares reports whether the requests of p's rule all count in one
@@ -509,7 +562,7 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 	if p.own.description != nil {
 		l.Description = *p.own.description
 	}
-	rule := limiter.Rule{Domain: r.domain, Descriptor: entries, Limit: name}
+	rule := limiter.Rule{Domain: r.domain, Descriptor: entries, Limit: name, Replaces: p.replaces, QuotaMode: p.quota}
 	if msg := rule.CheckLimit(l); msg != "" {
 		fail("metadata.ratelimitd.id_format: " + msg)
 		return
@@ -581,11 +634,16 @@ type envoyNode struct {
 	entry limiter.DescriptorEntry
 	// own holds what the node's metadata must say for an import to
 	// restore the limit or override as it is.
-	own      ownKeys
-	set      bool
-	rate     limiter.Params
-	limit    string
+	own   ownKeys
+	set   bool
+	rate  limiter.Params
+	limit string
+	// alias names the limit of an override's descriptor when a rule of
+	// the domain replaces it, so that an import replaces it too.
+	alias    string
 	shadow   bool
+	quota    bool
+	replaces []string
 	blocked  bool
 	free     bool
 	notes    []string
@@ -626,8 +684,12 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 		limits[l.Name] = l
 	}
 	byLimit := map[string][]limiter.Rule{}
+	replaced := map[string]bool{}
 	for _, r := range rules {
 		byLimit[r.Limit] = append(byLimit[r.Limit], r)
+		for _, name := range r.Replaces {
+			replaced[name] = true
+		}
 	}
 	root := &envoyNode{}
 	at := func(entries []limiter.DescriptorEntry) *envoyNode {
@@ -641,6 +703,7 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 		l := limits[r.Limit]
 		n := at(r.Descriptor)
 		n.set, n.rate, n.limit, n.shadow = true, l.Params, l.Name, l.Shadow
+		n.quota, n.replaces = r.QuotaMode, r.Replaces
 		// The entries of a rule of one bucket are shared by import again
 		// when it is blocked or unlimited; a wildcard says it itself.
 		for i, e := range r.Descriptor {
@@ -667,6 +730,12 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 			n := at(entries)
 			n.set, n.rate, n.free, n.blocked = true, o.Params, o.Unlimited, !o.Unlimited && o.Burst == 0
 			n.shadow = limits[o.Limit].Shadow
+			// The override's requests are decided by r, as the
+			// descriptor's are in the file.
+			n.quota, n.replaces = r.QuotaMode, r.Replaces
+			if replaced[o.Limit] {
+				n.alias = o.Limit
+			}
 			n.own.burst = 0
 			if !n.free && !n.blocked && o.Burst != o.Count {
 				n.own.burst = o.Burst
@@ -745,6 +814,9 @@ func writeEnvoyNodes(w *writer, indent int, nodes []*envoyNode) {
 		if n.shadow {
 			w.line(in, "shadow_mode: true")
 		}
+		if n.quota {
+			w.line(in, "quota_mode: true")
+		}
 		writeOwnKeys(w, in, n.own)
 		if len(n.children) > 0 {
 			w.line(in, "descriptors:")
@@ -754,11 +826,16 @@ func writeEnvoyNodes(w *writer, indent int, nodes []*envoyNode) {
 }
 
 func writeRateLimit(w *writer, indent int, n *envoyNode) {
+	name := n.limit
+	if name == "" {
+		name = n.alias
+	}
 	if n.free {
 		w.line(indent, "rate_limit:")
-		if n.limit != "" {
-			w.line(indent+2, "name: "+scalar(n.limit))
+		if name != "" {
+			w.line(indent+2, "name: "+scalar(name))
 		}
+		writeReplaces(w, indent+2, n.replaces)
 		w.line(indent+2, "unlimited: true")
 		return
 	}
@@ -772,14 +849,25 @@ func writeRateLimit(w *writer, indent int, n *envoyNode) {
 		rpu = 0
 	}
 	w.line(indent, "rate_limit:")
-	if n.limit != "" {
-		w.line(indent+2, "name: "+scalar(n.limit))
+	if name != "" {
+		w.line(indent+2, "name: "+scalar(name))
 	}
 	w.line(indent+2, "unit: "+unit)
 	if mult > 1 {
 		w.line(indent+2, "unit_multiplier: "+strconv.FormatInt(mult, 10))
 	}
 	w.line(indent+2, "requests_per_unit: "+strconv.FormatInt(rpu, 10))
+	writeReplaces(w, indent+2, n.replaces)
+}
+
+func writeReplaces(w *writer, indent int, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	w.line(indent, "replaces:")
+	for _, name := range names {
+		w.line(indent+2, "- name: "+scalar(name))
+	}
 }
 
 // writeOwnKeys writes ratelimitd's own keys in the descriptor's metadata,

@@ -204,7 +204,9 @@ func TestImportEnvoyErrors(t *testing.T) {
 		line      int
 		want      string
 	}{
-		{"replaces", string(envoyFile(t, "replaces.yaml")), 19, "rate_limit.replaces: is not supported"},
+		{"replaces not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: X\n", 7, "rate_limit.replaces: must be a list of {name}"},
+		{"replaces without name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - limit: X\n", 8, `rate_limit.replaces[0]: unknown key "limit"`},
+		{"quota_mode not a bool", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: yes please\n", 4, "quota_mode: must be true or false"},
 		{"not a map", "- a\n", 1, "is a map with domain and descriptors"},
 		{"no domain", "descriptors: []\n", 1, "domain: is required"},
 		{"unknown key", "domain: d\nextra: 1\n", 2, `unknown key "extra"`},

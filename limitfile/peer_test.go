@@ -141,3 +141,86 @@ func TestPeerRoundTrip(t *testing.T) {
 		t.Errorf("limits changed:\n%+v\n%+v", before, after)
 	}
 }
+
+// ruleFor returns the rule a request descriptor of domain matches.
+func ruleFor(t *testing.T, s *limiter.Snapshot, domain string, kv ...string) limiter.Rule {
+	t.Helper()
+	var entries []limiter.DescriptorEntry
+	for i := 0; i < len(kv); i += 2 {
+		entries = append(entries, limiter.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	r, ok := s.Match(domain, entries)
+	if !ok {
+		t.Fatalf("no rule of %s matches %v", domain, kv)
+	}
+	return r
+}
+
+// TestPeerReplaces: rate_limit.replaces goes on the rule; a descriptor
+// named like the limit it would override is replaced with it, one without
+// a name is not; a name no limit can have is left out with a note.
+func TestPeerReplaces(t *testing.T) {
+	d := envoyDB(t, false)
+	counts := importPeer(t, d, "replaces.yaml", false)
+	s := snapshotOf(t, d)
+	if r := ruleFor(t, s, "replace", "endpoint", "report", "user", "bob"); !reflect.DeepEqual(r.Replaces, []string{"ReadPerUser"}) {
+		t.Errorf("the replacing rule: %+v", r)
+	}
+	if r := ruleFor(t, s, "replace", "endpoint", "health"); !reflect.DeepEqual(r.Replaces, []string{"ReadPerUser"}) {
+		t.Errorf("the unlimited replacing rule: %+v", r)
+	}
+	if r := ruleFor(t, s, "replace", "category", "read", "user", "bob"); r.Limit != "ReadPerUser" || r.Replaces != nil {
+		t.Errorf("the replaced rule: %+v", r)
+	}
+	if limit, res := decide(t, s, "replace", "category", "read", "user", "intern"); limit != "ReadPerUser" || res.Source != limiter.SourceOverride || res.Params.Count != 1 {
+		t.Errorf("intern: %s %+v, want an override of ReadPerUser", limit, res)
+	}
+	if limit, res := decide(t, s, "replace", "category", "read", "user", "vip"); limit == "ReadPerUser" || res.Params.Count != 100 {
+		t.Errorf("vip: %s %+v, want a limit of its own", limit, res)
+	}
+	if notes := strings.Join(counts.Notes, "\n"); !strings.Contains(notes, `replaces "" names no limit`) {
+		t.Errorf("notes: %s", notes)
+	}
+}
+
+// TestPeerQuotaMode: quota_mode goes on the rule, and a value-specific
+// quota descriptor is an override of the quota rule it falls under.
+func TestPeerQuotaMode(t *testing.T) {
+	d := envoyDB(t, false)
+	importPeer(t, d, "quota.yaml", false)
+	s := snapshotOf(t, d)
+	for _, tc := range []struct {
+		value string
+		quota bool
+		count int64
+	}{{"a", true, 100}, {"b", true, 20}, {"c", false, 30}, {"z", true, 10}} {
+		r := ruleFor(t, s, "quota", "backend", tc.value)
+		_, res := decide(t, s, "quota", "backend", tc.value)
+		if r.QuotaMode != tc.quota || res.Params.Count != tc.count {
+			t.Errorf("backend=%s: rule %+v, %+v; want quota %v, count %d", tc.value, r, res.Params, tc.quota, tc.count)
+		}
+	}
+}
+
+// TestPeerModesRoundTrip: replaces and quota_mode are exported, and the
+// export imports without a change.
+func TestPeerModesRoundTrip(t *testing.T) {
+	d := envoyDB(t, false)
+	ctx := t.Context()
+	for file, domain := range map[string]string{"replaces.yaml": "replace", "quota.yaml": "quota"} {
+		importPeer(t, d, file, false)
+		before, _ := d.ListRules(ctx, domain)
+		out, err := limitfile.ExportEnvoy(ctx, d, domain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+		if err != nil || errs != nil || counts.Created+counts.Updated != 0 || len(counts.Removed) != 0 {
+			t.Errorf("%s: the export imports as %+v, %v, %v:\n%s", domain, counts, errs, err, out)
+		}
+		after, _ := d.ListRules(ctx, domain)
+		if !reflect.DeepEqual(before, after) {
+			t.Errorf("%s: rules changed:\n%+v\n%+v", domain, before, after)
+		}
+	}
+}
