@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -173,31 +172,6 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 	}
 	return r, w.audit(ctx, auditEntry{entity: entityRule, entityID: r.ID, action: limiter.ActionCreate,
 		limitName: r.Limit, after: toRuleDoc(r)})
-}
-
-// putRule creates r, or gives the rule of its domain and descriptor
-// r's limit, shared entries, replaces and quota mode; old holds the
-// stored rules of r's domain by descriptor hash.
-func (w *writeTx) putRule(ctx context.Context, r limiter.Rule, old map[string]limiter.Rule) (outcome, error) {
-	o, ok := old[descriptorHash(r.Descriptor)]
-	switch {
-	case !ok:
-		_, err := w.createRule(ctx, r)
-		return created, err
-	case o.Limit == r.Limit && slices.Equal(o.Descriptor, r.Descriptor) && slices.Equal(o.Replaces, r.Replaces) && o.QuotaMode == r.QuotaMode:
-		return unchanged, nil
-	}
-	n := o
-	n.Descriptor, n.Limit, n.Replaces, n.QuotaMode, n.UpdatedAt = r.Descriptor, r.Limit, r.Replaces, r.QuotaMode, w.now
-	if err := w.ruleLimit(ctx, n); err != nil {
-		return unchanged, err
-	}
-	if err := w.exec(ctx, `UPDATE rules SET descriptor = $2, limit_name = $3, replaces = $4, quota_mode = $5, updated_at = $6, updated_by = $7 WHERE id = $1`,
-		n.ID, descriptorJSON(n.Descriptor), n.Limit, replacesJSON(n.Replaces), n.QuotaMode, w.now, w.actor); err != nil {
-		return unchanged, err
-	}
-	return updated, w.audit(ctx, auditEntry{entity: entityRule, entityID: n.ID, action: limiter.ActionUpdate,
-		limitName: n.Limit, before: toRuleDoc(o), after: toRuleDoc(n)})
 }
 
 // deleteRule deletes the stored rule old, with its audit entry.

@@ -648,16 +648,22 @@ type envoyNode struct {
 	free     bool
 	notes    []string
 	children []*envoyNode
+	// byEntry finds a child by its key and value, so that a domain of
+	// many descriptors is written in time linear in their number.
+	byEntry map[[2]string]*envoyNode
 }
 
 // child returns the node of the entry's key and value, shared or not.
 func (n *envoyNode) child(e limiter.DescriptorEntry) *envoyNode {
-	for _, c := range n.children {
-		if c.entry.Key == e.Key && c.entry.Value == e.Value {
-			return c
-		}
+	k := [2]string{e.Key, e.Value}
+	if c := n.byEntry[k]; c != nil {
+		return c
 	}
 	c := &envoyNode{entry: limiter.DescriptorEntry{Key: e.Key, Value: e.Value}}
+	if n.byEntry == nil {
+		n.byEntry = map[[2]string]*envoyNode{}
+	}
+	n.byEntry[k] = c
 	n.children = append(n.children, c)
 	return c
 }

@@ -18,7 +18,7 @@ import (
 // The real database satisfies EnvoyStore.
 var _ limitfile.EnvoyStore = (*db.DB)(nil)
 
-func envoyDB(t *testing.T, postgres bool) *db.DB {
+func envoyDB(t testing.TB, postgres bool) *db.DB {
 	t.Helper()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
 	if postgres {
