@@ -217,6 +217,12 @@ func TestEnvoyImportExport(t *testing.T) {
 			if errs := p["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["line"] != float64(4) {
 				t.Errorf("errors %v", p["errors"])
 			}
+			// A file without the rule: the answer lists it as it was.
+			got = yaml("POST", "/v1/import?kind=envoy", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1}\n").
+				expect(t, http.StatusOK).object(t)
+			if removed, _ := got["removed"].([]any); len(removed) != 1 || removed[0].(map[string]any)["limit"] != "edge.remote_address" {
+				t.Errorf("removed %v", got["removed"])
+			}
 			wantFields(t, e.do("GET", "/v1/export?kind=envoy", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
 			wantFields(t, e.do("GET", "/v1/export?kind=defaults&domain=edge", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
 		})

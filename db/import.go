@@ -33,7 +33,7 @@ func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, o
 // taking the limit, shared entries, replaces and quota mode given, and
 // counted unchanged when it has them already. The rules of domain that the
 // import does not name are deleted, so that the domain holds exactly the
-// rules given, and each is described in the counts' Removed; every rule
+// rules given, and each is returned in the counts' Removed; every rule
 // given must be of domain.
 //
 // Everything an import reads, and every check, is done before the write
@@ -284,7 +284,7 @@ func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importI
 			continue
 		}
 		p.removed = append(p.removed, r)
-		p.counts.Removed = append(p.counts.Removed, "rule "+r.ID+" of "+descriptorJSON(r.Descriptor)+" to limit "+r.Limit)
+		p.counts.Removed = append(p.counts.Removed, r)
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func TestPeerReloadRemovesRules(t *testing.T) {
 	importPeer(t, d, "reload_before.yaml", false)
 	for _, dryRun := range []bool{true, false} {
 		counts := importPeer(t, d, "reload_after.yaml", dryRun)
-		if len(counts.Removed) != 1 || !strings.Contains(counts.Removed[0], `"route"`) || counts.Unchanged != 2 {
+		if len(counts.Removed) != 1 || counts.Removed[0].Descriptor[0].Key != "route" || counts.Unchanged != 2 {
 			t.Errorf("dry run %v: %+v", dryRun, counts)
 		}
 	}
