@@ -252,6 +252,8 @@ func TestFieldErrorsInBodyOrder(t *testing.T) {
 			[]string{"period", "comment", "count"}},
 		{"POST", "/v1/rules", `{"limit": "", "descriptor": [{"key": "k", "value": ""}, {"value": "v"}], "domain": ""}`,
 			[]string{"limit", "descriptor[0].value", "descriptor[1].key", "domain"}},
+		{"POST", "/v1/rules", `{"replaces": [{"name": "9x"}, {"name": "A"}, {"name": "A"}, {}], "domain": "d", "descriptor": [{"key": "k"}], "limit": "L"}`,
+			[]string{"replaces[0].name", "replaces[2].name", "replaces[3].name"}},
 		{"POST", "/v1/tokens", `{"scope": "root", "name": ""}`, []string{"scope", "name"}},
 	}
 	for _, c := range cases {

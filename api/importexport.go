@@ -25,12 +25,19 @@ type importResult struct {
 	Created   int                    `json:"created"`
 	Updated   int                    `json:"updated"`
 	Unchanged int                    `json:"unchanged"`
+	Removed   []ruleResponse         `json:"removed,omitempty"`
+	Notes     []string               `json:"notes,omitempty"`
 	Errors    []limitfile.EntryError `json:"errors"`
 }
 
 // toImportResult converts the counts of an import.
 func toImportResult(c limiter.ImportCounts) importResult {
-	return importResult{Created: c.Created, Updated: c.Updated, Unchanged: c.Unchanged, Errors: []limitfile.EntryError{}}
+	out := importResult{Created: c.Created, Updated: c.Updated, Unchanged: c.Unchanged,
+		Notes: c.Notes, Errors: []limitfile.EntryError{}}
+	for _, r := range c.Removed {
+		out.Removed = append(out.Removed, toRuleResponse(r))
+	}
+	return out
 }
 
 // importFailure is an import refused for bad entries; nothing was written.

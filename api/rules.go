@@ -26,8 +26,9 @@ type Rules interface {
 // descriptorEntryBody is an entry of a rule's descriptor as the API writes
 // it: no value for an entry that matches any value.
 type descriptorEntryBody struct {
-	Key   string  `json:"key"`
-	Value *string `json:"value,omitempty"`
+	Key    string  `json:"key"`
+	Value  *string `json:"value,omitempty"`
+	Shared bool    `json:"shared,omitempty"`
 }
 
 // ruleFromBody converts the body of POST /v1/rules, adding every field
@@ -39,6 +40,17 @@ func ruleFromBody(b *input.Body) limiter.Rule {
 	var r limiter.Rule
 	r.Domain, r.Descriptor = readDescriptor(o, &b.Errs)
 	r.Limit, _ = o.String("limit")
+	// As envoyproxy/ratelimit writes it: a list of {name}.
+	n, _ := o.Objects("replaces", limiter.MaxReplaces, func(i int, e input.Object) {
+		e.Require("name")
+		name, _ := e.String("name")
+		r.Replaces = append(r.Replaces, name)
+	})
+	// The names beyond the most were not read.
+	if n > limiter.MaxReplaces {
+		b.Errs.Add("replaces", "must hold at most "+strconv.Itoa(limiter.MaxReplaces)+" limit names")
+	}
+	r.QuotaMode, _ = o.Bool("quota_mode")
 	b.Errs.Merge(r.Validate())
 	return r
 }
@@ -59,6 +71,7 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 				errs.Add(input.Join(e.Path(), "value"), "must not be empty; leave it out to match any value")
 			}
 		}
+		entry.Shared, _ = e.Bool("shared")
 		entries = append(entries, entry)
 	})
 	// The entries beyond the most were not read; the domain sees the rest.
@@ -68,24 +81,36 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 	return domain, entries
 }
 
+// replacedBody names a limit a rule replaces.
+type replacedBody struct {
+	Name string `json:"name"`
+}
+
 // ruleResponse is a rule as the API shows it.
 type ruleResponse struct {
 	ID         string                `json:"id"`
 	Domain     string                `json:"domain"`
 	Descriptor []descriptorEntryBody `json:"descriptor"`
 	Limit      string                `json:"limit"`
+	Replaces   []replacedBody        `json:"replaces"`
+	QuotaMode  bool                  `json:"quota_mode"`
 	CreatedAt  time.Time             `json:"created_at"`
 	UpdatedAt  time.Time             `json:"updated_at"`
 }
 
 func toRuleResponse(r limiter.Rule) ruleResponse {
-	out := ruleResponse{ID: r.ID, Domain: r.Domain, Limit: r.Limit, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
-		Descriptor: make([]descriptorEntryBody, len(r.Descriptor))}
+	out := ruleResponse{ID: r.ID, Domain: r.Domain, Limit: r.Limit, QuotaMode: r.QuotaMode,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		Descriptor: make([]descriptorEntryBody, len(r.Descriptor)), Replaces: make([]replacedBody, len(r.Replaces))}
+	for i, name := range r.Replaces {
+		out.Replaces[i].Name = name
+	}
 	for i, e := range r.Descriptor {
 		out.Descriptor[i].Key = e.Key
 		if e.Value != "" {
 			out.Descriptor[i].Value = &e.Value
 		}
+		out.Descriptor[i].Shared = e.Shared
 	}
 	return out
 }

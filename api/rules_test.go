@@ -38,9 +38,16 @@ func TestRules(t *testing.T) {
 			e.do("POST", "/v1/rules", e.admin, obj{
 				"domain": "edge", "descriptor": []obj{{"key": "path", "value": "/api*"}, {"key": "user"}}, "limit": "PerText",
 			}).expect(t, http.StatusCreated)
-			e.do("POST", "/v1/rules", e.admin, obj{
+			modes := e.do("POST", "/v1/rules", e.admin, obj{
 				"domain": "other", "descriptor": []obj{{"key": "k", "value": "v"}}, "limit": "PerText",
-			}).expect(t, http.StatusCreated)
+				"replaces": []obj{{"name": "PerIP"}}, "quota_mode": true,
+			}).expect(t, http.StatusCreated).object(t)
+			if rep, _ := modes["replaces"].([]any); len(rep) != 1 || rep[0].(map[string]any)["name"] != "PerIP" || modes["quota_mode"] != true {
+				t.Errorf("replaces and quota_mode: %v", modes)
+			}
+			if r, ok := e.limiter.Snapshot().Match("other", entriesOf("k", "v")); !ok || len(r.Replaces) != 1 || !r.QuotaMode {
+				t.Errorf("the snapshot's rule: %+v, %v", r, ok)
+			}
 
 			var list struct {
 				Rules []struct {
@@ -209,6 +216,12 @@ func TestEnvoyImportExport(t *testing.T) {
 				expect(t, http.StatusUnprocessableEntity).object(t)
 			if errs := p["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["line"] != float64(4) {
 				t.Errorf("errors %v", p["errors"])
+			}
+			// A file without the rule: the answer lists it as it was.
+			got = yaml("POST", "/v1/import?kind=envoy", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1}\n").
+				expect(t, http.StatusOK).object(t)
+			if removed, _ := got["removed"].([]any); len(removed) != 1 || removed[0].(map[string]any)["limit"] != "edge.remote_address" {
+				t.Errorf("removed %v", got["removed"])
 			}
 			wantFields(t, e.do("GET", "/v1/export?kind=envoy", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
 			wantFields(t, e.do("GET", "/v1/export?kind=defaults&domain=edge", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")

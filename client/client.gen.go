@@ -351,9 +351,15 @@ type DescriptorEntry struct {
 	// Key 1 to 256 bytes of UTF-8 without control characters.
 	Key DescriptorText `json:"key"`
 
-	// Value Left out, the entry matches any value; ending in `*`, any value with the
-	// prefix before it; else only this value. The values of the entries that
-	// are not fixed form the bucket id.
+	// Shared In a rule, for an entry without a value or with a wildcard: every value
+	// it matches counts in one bucket, as a fixed value does
+	// (envoyproxy/ratelimit's `share_threshold`). Left out, false.
+	Shared *bool `json:"shared,omitempty"`
+
+	// Value Left out, the entry matches any value; with `*` in it, a wildcard: each
+	// `*` stands for any run of characters (`foo*`, `bar*b`, `a*b*c`); else
+	// only this value. The values of the entries that are not fixed form the
+	// bucket id.
 	Value *DescriptorText `json:"value,omitempty"`
 }
 
@@ -447,9 +453,18 @@ type ImportResult struct {
 	Created int `json:"created"`
 
 	// Errors Always empty in a 200.
-	Errors    []ImportError `json:"errors"`
-	Unchanged int           `json:"unchanged"`
-	Updated   int           `json:"updated"`
+	Errors []ImportError `json:"errors"`
+
+	// Notes `kind=envoy`: what the import kept of settings it accepts without acting
+	// on them as envoyproxy/ratelimit does (`detailed_metric`,
+	// `value_to_metric`, `metadata`), with their lines.
+	Notes *[]string `json:"notes,omitempty"`
+
+	// Removed `kind=envoy`: the rules of the domain that the file no longer has, which
+	// the import deleted (or, in a dry run, would delete), as they were.
+	Removed   *[]Rule `json:"removed,omitempty"`
+	Unchanged int     `json:"unchanged"`
+	Updated   int     `json:"updated"`
 }
 
 // Limit defines model for Limit.
@@ -688,9 +703,22 @@ type Rule struct {
 	Domain     string            `json:"domain"`
 
 	// ID Opaque.
-	ID        string    `json:"id"`
-	Limit     LimitName `json:"limit"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID    string    `json:"id"`
+	Limit LimitName `json:"limit"`
+
+	// QuotaMode envoyproxy/ratelimit's `quota_mode`: a descriptor of this rule over its
+	// limit is answered OVER_LIMIT in its status, but makes the whole request
+	// OVER_LIMIT only when every quota-mode descriptor of the request is over
+	// its limit (or another descriptor is). Left out, false.
+	QuotaMode RuleQuotaMode `json:"quota_mode"`
+
+	// Replaces Limits this rule takes the place of (envoyproxy/ratelimit's
+	// `rate_limit.replaces`): when a descriptor of a ShouldRateLimit request
+	// matches this rule, the request's other descriptors whose limits are named
+	// here are answered OK without a limit and spend nothing. A name that is no
+	// limit replaces nothing. Each name once; left out, none.
+	Replaces  RuleReplaces `json:"replaces"`
+	UpdatedAt time.Time    `json:"updated_at"`
 }
 
 // RuleCreate defines model for RuleCreate.
@@ -700,6 +728,19 @@ type RuleCreate struct {
 	// Domain 1 to 256 bytes of UTF-8 without control characters.
 	Domain DescriptorText `json:"domain"`
 	Limit  LimitName      `json:"limit"`
+
+	// QuotaMode envoyproxy/ratelimit's `quota_mode`: a descriptor of this rule over its
+	// limit is answered OVER_LIMIT in its status, but makes the whole request
+	// OVER_LIMIT only when every quota-mode descriptor of the request is over
+	// its limit (or another descriptor is). Left out, false.
+	QuotaMode *RuleQuotaMode `json:"quota_mode,omitempty"`
+
+	// Replaces Limits this rule takes the place of (envoyproxy/ratelimit's
+	// `rate_limit.replaces`): when a descriptor of a ShouldRateLimit request
+	// matches this rule, the request's other descriptors whose limits are named
+	// here are answered OK without a limit and spend nothing. A name that is no
+	// limit replaces nothing. Each name once; left out, none.
+	Replaces *RuleReplaces `json:"replaces,omitempty"`
 }
 
 // RuleList defines model for RuleList.
@@ -727,6 +768,21 @@ type RuleMatchRequest struct {
 // RulePatch defines model for RulePatch.
 type RulePatch struct {
 	Limit LimitName `json:"limit"`
+}
+
+// RuleQuotaMode envoyproxy/ratelimit's `quota_mode`: a descriptor of this rule over its
+// limit is answered OVER_LIMIT in its status, but makes the whole request
+// OVER_LIMIT only when every quota-mode descriptor of the request is over
+// its limit (or another descriptor is). Left out, false.
+type RuleQuotaMode = bool
+
+// RuleReplaces Limits this rule takes the place of (envoyproxy/ratelimit's
+// `rate_limit.replaces`): when a descriptor of a ShouldRateLimit request
+// matches this rule, the request's other descriptors whose limits are named
+// here are answered OK without a limit and spend nothing. A name that is no
+// limit replaces nothing. Each name once; left out, none.
+type RuleReplaces = []struct {
+	Name LimitName `json:"name"`
 }
 
 // Scope defines model for Scope.

@@ -1,7 +1,12 @@
 package db
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +41,7 @@ func TestImport(t *testing.T) {
 
 		before := e.rowCounts(t)
 		counts, err := e.db.Import(ctx, "importer", limits, overrides, true)
-		if err != nil || counts != want {
+		if err != nil || !reflect.DeepEqual(counts, want) {
 			t.Fatalf("dry run = %+v, %v; want %+v", counts, err, want)
 		}
 		if after := e.rowCounts(t); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -44,7 +49,7 @@ func TestImport(t *testing.T) {
 		}
 
 		counts, err = e.db.Import(ctx, "importer", limits, overrides, false)
-		if err != nil || counts != want {
+		if err != nil || !reflect.DeepEqual(counts, want) {
 			t.Fatalf("Import = %+v, %v; want %+v", counts, err, want)
 		}
 		if l, _ := e.db.GetLimit(ctx, "Existing"); l.Burst != 11 || l.Enum != existing.Enum {
@@ -72,7 +77,7 @@ func TestImport(t *testing.T) {
 
 		// Importing the same again changes nothing.
 		counts, err = e.db.Import(ctx, "importer", limits, overrides, false)
-		if want := (limiter.ImportCounts{Unchanged: 7}); err != nil || counts != want {
+		if want := (limiter.ImportCounts{Unchanged: 7}); err != nil || !reflect.DeepEqual(counts, want) {
 			t.Errorf("second import = %+v, %v; want %+v", counts, err, want)
 		}
 	})
@@ -167,6 +172,76 @@ func TestImportCanonicalisesUnderTheLock(t *testing.T) {
 		page, _, err := e.db.ListOverrides(ctx, limiter.OverrideFilter{Limit: "L"})
 		if err != nil || len(page) != 1 || page[0].BucketID != "www.example.co.uk" {
 			t.Errorf("stored overrides = %+v, %v; want one of www.example.co.uk", page, err)
+		}
+	})
+}
+
+// pauseHandler is a logger that runs onPlanned once, in the goroutine that
+// logs "import planned".
+type pauseHandler struct {
+	once      sync.Once
+	onPlanned func()
+}
+
+func (h *pauseHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *pauseHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "import planned" {
+		h.once.Do(h.onPlanned)
+	}
+	return nil
+}
+func (h *pauseHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *pauseHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestImportHoldsNoWrites: a large import reads and checks everything
+// before it takes the write lock, so that another admin write made
+// meanwhile completes, before the import does; the import then sees that
+// write (it plans again under the lock) and both are kept.
+func TestImportHoldsNoWrites(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		const n = 2000
+		var limits []limiter.Limit
+		var rules []limiter.Rule
+		var overrides []limiter.Override
+		for i := range n {
+			l := limitOf(fmt.Sprintf("L%d", i), limiter.String)
+			l.Burst = 7
+			limits = append(limits, l)
+			rules = append(rules, ruleOf("big", l.Name, fmt.Sprintf("k%d", i), ""))
+			overrides = append(overrides, overrideOf(l.Name, "partner"))
+		}
+		var mu sync.Mutex
+		var order []string
+		done := func(what string) {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, what)
+		}
+		var writeErr error
+		h := &pauseHandler{onPlanned: func() {
+			// The same limit as the import's first, with another burst.
+			_, _, writeErr = e.db.PutLimit(ctx, "bob", limitOf("L0", limiter.String))
+			done("put limit")
+		}}
+		importer, err := Open(ctx, e.url, Options{Now: e.clock.Now, Logger: slog.New(h)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = importer.Close() })
+		counts, err := importer.ImportRules(ctx, "importer", "big", limits, rules, overrides, false)
+		done("import")
+		if err != nil || writeErr != nil {
+			t.Fatalf("import: %v; the write during it: %v", err, writeErr)
+		}
+		if want := []string{"put limit", "import"}; !slices.Equal(order, want) {
+			t.Fatalf("completed in the order %v, want %v", order, want)
+		}
+		if counts.Created != 3*n-1 || counts.Updated != 1 {
+			t.Errorf("counts %+v: the import did not see the limit written meanwhile", counts)
+		}
+		if l, err := e.db.GetLimit(ctx, "L0"); err != nil || l.Burst != 7 {
+			t.Errorf("L0 = %+v, %v; want the import's burst", l, err)
 		}
 	})
 }

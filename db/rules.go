@@ -22,29 +22,45 @@ const (
 	rulesDomainDescriptorKeySQLite = "rules.domain, rules.descriptor_hash"
 )
 
-const ruleColumns = `id, domain, descriptor, limit_name, created_at, updated_at`
+const ruleColumns = `id, domain, descriptor, limit_name, replaces, quota_mode, created_at, updated_at`
 
 // entryDoc is a descriptor entry as the descriptor column, the audit and
 // the REST API write it: no value for an entry that matches any.
 type entryDoc struct {
-	Key   string `json:"key"`
-	Value string `json:"value,omitempty"`
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Shared bool   `json:"shared,omitempty"`
 }
 
-// descriptorJSON encodes a pattern; the encoding is deterministic, so that
-// its hash tells patterns apart.
+// descriptorJSON encodes a pattern deterministically.
 func descriptorJSON(entries []limiter.DescriptorEntry) string {
 	docs := make([]entryDoc, len(entries))
 	for i, e := range entries {
 		docs[i] = entryDoc(e)
 	}
-	b, _ := json.Marshal(docs) // strings and structs of strings always encode
+	b, _ := json.Marshal(docs) // strings, bools and structs of them always encode
 	return string(b)
 }
 
-func descriptorHash(doc string) string {
-	h := sha256.Sum256([]byte(doc))
+// descriptorHash tells patterns apart by their keys and values only: one
+// domain holds a pattern once, shared or not. A pattern without shared
+// entries hashes as it did before entries could be shared.
+func descriptorHash(entries []limiter.DescriptorEntry) string {
+	plain := make([]limiter.DescriptorEntry, len(entries))
+	for i, e := range entries {
+		plain[i] = limiter.DescriptorEntry{Key: e.Key, Value: e.Value}
+	}
+	h := sha256.Sum256([]byte(descriptorJSON(plain)))
 	return hex.EncodeToString(h[:])
+}
+
+// replacesJSON encodes the limits a rule replaces, [] for none.
+func replacesJSON(names []string) string {
+	if names == nil {
+		names = []string{}
+	}
+	b, _ := json.Marshal(names) // strings always encode
+	return string(b)
 }
 
 // ruleDoc is a rule in audit entries, in the shape of the REST API's.
@@ -53,12 +69,15 @@ type ruleDoc struct {
 	Domain     string     `json:"domain"`
 	Descriptor []entryDoc `json:"descriptor"`
 	Limit      string     `json:"limit"`
+	Replaces   []string   `json:"replaces,omitempty"`
+	QuotaMode  bool       `json:"quota_mode,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 }
 
 func toRuleDoc(r limiter.Rule) *ruleDoc {
-	d := &ruleDoc{ID: r.ID, Domain: r.Domain, Limit: r.Limit, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	d := &ruleDoc{ID: r.ID, Domain: r.Domain, Limit: r.Limit, Replaces: r.Replaces, QuotaMode: r.QuotaMode,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	for _, e := range r.Descriptor {
 		d.Descriptor = append(d.Descriptor, entryDoc(e))
 	}
@@ -71,9 +90,15 @@ func scanRule(rows *sql.Rows) (limiter.Rule, error) {
 
 func scanRuleFrom(row interface{ Scan(...any) error }) (limiter.Rule, error) {
 	var r limiter.Rule
-	var desc string
-	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &r.CreatedAt, &r.UpdatedAt); err != nil {
+	var desc, replaces string
+	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &replaces, &r.QuotaMode, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return limiter.Rule{}, err
+	}
+	if err := json.Unmarshal([]byte(replaces), &r.Replaces); err != nil {
+		return limiter.Rule{}, fmt.Errorf("database: the replaces of rule %q: %w", r.ID, err)
+	}
+	if len(r.Replaces) == 0 {
+		r.Replaces = nil
 	}
 	var docs []entryDoc
 	if err := json.Unmarshal([]byte(desc), &docs); err != nil {
@@ -135,9 +160,9 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 	r.CreatedAt, r.UpdatedAt = w.now, w.now
 	desc := descriptorJSON(r.Descriptor)
 	err := w.exec(ctx, `
-		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, created_at, updated_at, updated_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`,
-		r.ID, r.Domain, desc, descriptorHash(desc), r.Limit, w.now, w.actor)
+		INSERT INTO rules (id, domain, descriptor, descriptor_hash, limit_name, replaces, quota_mode, created_at, updated_at, updated_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)`,
+		r.ID, r.Domain, desc, descriptorHash(r.Descriptor), r.Limit, replacesJSON(r.Replaces), r.QuotaMode, w.now, w.actor)
 	switch violated(err) {
 	case rulesDomainDescriptorKey, rulesDomainDescriptorKeySQLite:
 		return limiter.Rule{}, fmt.Errorf("domain %q, descriptor %s: %w", r.Domain, desc, limiter.ErrRuleExists)
@@ -149,22 +174,13 @@ func (w *writeTx) createRule(ctx context.Context, r limiter.Rule) (limiter.Rule,
 		limitName: r.Limit, after: toRuleDoc(r)})
 }
 
-// putRule creates r, or points the rule of its domain and descriptor at
-// r.Limit.
-func (w *writeTx) putRule(ctx context.Context, r limiter.Rule) (outcome, error) {
-	desc := descriptorJSON(r.Descriptor)
-	old, err := scanRuleFrom(w.tx.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules WHERE domain = $1 AND descriptor_hash = $2`,
-		r.Domain, descriptorHash(desc)))
-	switch err = w.d.fail(ctx, err); {
-	case errors.Is(err, sql.ErrNoRows):
-		_, err := w.createRule(ctx, r)
-		return created, err
-	case err != nil:
-		return unchanged, err
-	case old.Limit == r.Limit:
-		return unchanged, nil
+// deleteRule deletes the stored rule old, with its audit entry.
+func (w *writeTx) deleteRule(ctx context.Context, old limiter.Rule) error {
+	if err := w.exec(ctx, `DELETE FROM rules WHERE id = $1`, old.ID); err != nil {
+		return err
 	}
-	return updated, w.setRuleLimit(ctx, old, r.Limit)
+	return w.audit(ctx, auditEntry{entity: entityRule, entityID: old.ID, action: limiter.ActionDelete,
+		limitName: old.Limit, before: toRuleDoc(old)})
 }
 
 // GetRule returns the rule with the id, or an error wrapping
@@ -237,11 +253,7 @@ func (d *DB) DeleteRule(ctx context.Context, actor, id string) error {
 		if err != nil {
 			return err
 		}
-		if err := w.exec(ctx, `DELETE FROM rules WHERE id = $1`, id); err != nil {
-			return err
-		}
-		return w.audit(ctx, auditEntry{entity: entityRule, entityID: id, action: limiter.ActionDelete,
-			limitName: old.Limit, before: toRuleDoc(old)})
+		return w.deleteRule(ctx, old)
 	})
 }
 

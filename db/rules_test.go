@@ -87,6 +87,40 @@ func TestRuleCRUD(t *testing.T) {
 	})
 }
 
+// TestRuleModes: a rule's replaces and quota mode are stored, read back
+// by every reader (the loader's changes included), and changed by an
+// import of the same pattern.
+func TestRuleModes(t *testing.T) {
+	run(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		e.putLimit(t, limitOf("PerText", limiter.String))
+		v := e.version(t)
+		r := ruleOf("edge", "PerText", "user", "")
+		r.Replaces, r.QuotaMode = []string{"Read", "Write"}, true
+		created, err := e.db.CreateRule(ctx, "alice", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.db.GetRule(ctx, created.ID)
+		if err != nil || !slices.Equal(got.Replaces, r.Replaces) || !got.QuotaMode {
+			t.Fatalf("GetRule = %+v, %v", got, err)
+		}
+		c, err := e.db.Since(ctx, v)
+		if err != nil || len(c.Rules) != 1 || !slices.Equal(c.Rules[0].Replaces, r.Replaces) || !c.Rules[0].QuotaMode {
+			t.Fatalf("Since = %+v, %v", c, err)
+		}
+		r.Replaces, r.QuotaMode = nil, false
+		counts, err := e.db.ImportRules(ctx, "alice", "edge", nil, []limiter.Rule{r}, nil, false)
+		if err != nil || counts.Updated != 1 {
+			t.Fatalf("ImportRules = %+v, %v", counts, err)
+		}
+		all, err := e.db.ListRules(ctx, "edge")
+		if err != nil || len(all) != 1 || all[0].Replaces != nil || all[0].QuotaMode {
+			t.Fatalf("ListRules = %+v, %v", all, err)
+		}
+	})
+}
+
 // A descriptor longer than an index entry may be still has one rule per
 // domain and pattern, and hostile text is stored as it came.
 func TestRuleLongDescriptor(t *testing.T) {

@@ -241,4 +241,10 @@ type ImportCounts struct {
 	Created   int
 	Updated   int
 	Unchanged int
+	// Removed holds the rules, as they were, that an import of an Envoy
+	// configuration deleted because the file no longer has them.
+	Removed []Rule
+	// Notes say what an import kept of settings it reads but does not
+	// act on as the file's author may expect.
+	Notes []string
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +154,76 @@ func TestRuleValidate(t *testing.T) {
 	}
 	if msg := (Rule{Descriptor: entries("a", "x", "b", "")}).CheckLimit(ip); msg != "" {
 		t.Errorf("one free entry refused: %s", msg)
+	}
+}
+
+// TestMatchWildcards holds the wildcard as envoyproxy/ratelimit defines it:
+// each '*', anywhere in the value and any number of times, stands for any
+// run of characters, the empty one included. Among wildcards the longer
+// literal prefix wins, then the one with more literal characters.
+func TestMatchWildcards(t *testing.T) {
+	s := ruleSnapshot(t,
+		Rule{ID: "free", Domain: "d", Descriptor: entries("v", ""), Limit: "PerText"},
+		Rule{ID: "middle", Domain: "d", Descriptor: entries("v", "bar*b"), Limit: "Exact"},
+		Rule{ID: "multi", Domain: "d", Descriptor: entries("v", "foo*bar*baz"), Limit: "Prefix"},
+		Rule{ID: "prefix", Domain: "d", Descriptor: entries("v", "foo*"), Limit: "LongPrefix"},
+		Rule{ID: "lead", Domain: "d", Descriptor: entries("v", "*.png"), Limit: "PerIP"},
+	)
+	for _, tc := range []struct{ value, limit string }{
+		{"barb", "Exact"},
+		{"bar-b", "Exact"},
+		{"barbb", "Exact"},
+		{"bar-bx", "PerText"},
+		{"foobarbaz", "Prefix"},
+		{"foo-bar-x-baz", "Prefix"},
+		{"foo-baz-bar", "LongPrefix"},
+		{"foo", "LongPrefix"},
+		{"a.png", "PerIP"},
+		{".png", "PerIP"},
+		{"a.pngx", "PerText"},
+		{"bar*b", "Exact"},
+	} {
+		r, ok := s.Match("d", entries("v", tc.value))
+		if !ok || r.Limit != tc.limit {
+			t.Errorf("Match(v=%q) = %q, %v; want %q", tc.value, r.Limit, ok, tc.limit)
+		}
+		// The value the wildcard matched forms the bucket id.
+		if ok && r.BucketID(entries("v", tc.value)) != tc.value && r.Limit != "PerText" {
+			t.Errorf("v=%q: bucket %q", tc.value, r.BucketID(entries("v", tc.value)))
+		}
+	}
+}
+
+// BenchmarkMatchPrefixes matches a batch of 100 descriptors against a
+// domain of one prefix rule and of 3,000: with the rules in a trie, the
+// cost should not grow with their number.
+func BenchmarkMatchPrefixes(b *testing.B) {
+	for _, n := range []int{1, 3000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			bl := NewBuilder()
+			if err := bl.PutLimit(Limit{Name: "P", Enum: 1, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				r := Rule{ID: strconv.Itoa(i), Domain: "d", Descriptor: entries("path", "/api/v"+strconv.Itoa(i)+"/*"), Limit: "P"}
+				if err := bl.PutRule(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := bl.Snapshot(1)
+			batch := make([][]DescriptorEntry, 100)
+			for i := range batch {
+				// Values under the last rule's prefix.
+				batch[i] = entries("path", "/api/v"+strconv.Itoa(n-1)+"/items/"+strconv.Itoa(i))
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				for _, e := range batch {
+					if _, ok := s.Match("d", e); !ok {
+						b.Fatal("no match")
+					}
+				}
+			}
+		})
 	}
 }

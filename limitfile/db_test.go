@@ -45,31 +45,31 @@ func TestDB(t *testing.T) {
 	}
 
 	// A dry run counts and writes nothing.
-	if got, want := imp(limitfile.Defaults, read("boulder_defaults.yaml"), true), (limiter.ImportCounts{Created: 9}); got != want {
+	if got, want := imp(limitfile.Defaults, read("boulder_defaults.yaml"), true), (limiter.ImportCounts{Created: 9}); !reflect.DeepEqual(got, want) {
 		t.Errorf("dry run counts %+v, want %+v", got, want)
 	}
 	if ls, _ := d.ListLimits(ctx); len(ls) != 0 {
 		t.Fatalf("the dry run wrote %d limits", len(ls))
 	}
-	if got, want := imp(limitfile.Defaults, read("boulder_defaults.yaml"), false), (limiter.ImportCounts{Created: 9}); got != want {
+	if got, want := imp(limitfile.Defaults, read("boulder_defaults.yaml"), false), (limiter.ImportCounts{Created: 9}); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults counts %+v, want %+v", got, want)
 	}
-	if got, want := imp(limitfile.Defaults, read("ours_defaults.yaml"), false), (limiter.ImportCounts{Created: 2, Unchanged: 1}); got != want {
+	if got, want := imp(limitfile.Defaults, read("ours_defaults.yaml"), false), (limiter.ImportCounts{Created: 2, Unchanged: 1}); !reflect.DeepEqual(got, want) {
 		t.Errorf("our defaults counts %+v, want %+v", got, want)
 	}
 	l, err := d.GetLimit(ctx, "AccountsPerSite")
 	if err != nil || l.Enum != limiter.FirstAssignedEnum || l.IDFormat != limiter.String {
 		t.Errorf("AccountsPerSite = %+v, %v; want enum %d, id format string", l, err, limiter.FirstAssignedEnum)
 	}
-	if got, want := imp(limitfile.Overrides, read("boulder_overrides.yaml"), false), (limiter.ImportCounts{Created: 9}); got != want {
+	if got, want := imp(limitfile.Overrides, read("boulder_overrides.yaml"), false), (limiter.ImportCounts{Created: 9}); !reflect.DeepEqual(got, want) {
 		t.Errorf("overrides counts %+v, want %+v", got, want)
 	}
 	// The map format names two of the same buckets again, without their
 	// comments, and two new ones.
-	if got, want := imp(limitfile.Overrides, read("boulder_overrides_map.yaml"), false), (limiter.ImportCounts{Created: 2, Updated: 2}); got != want {
+	if got, want := imp(limitfile.Overrides, read("boulder_overrides_map.yaml"), false), (limiter.ImportCounts{Created: 2, Updated: 2}); !reflect.DeepEqual(got, want) {
 		t.Errorf("map overrides counts %+v, want %+v", got, want)
 	}
-	if got, want := imp(limitfile.Overrides, read("ours_overrides.yaml"), false), (limiter.ImportCounts{Created: 5}); got != want {
+	if got, want := imp(limitfile.Overrides, read("ours_overrides.yaml"), false), (limiter.ImportCounts{Created: 5}); !reflect.DeepEqual(got, want) {
 		t.Errorf("our overrides counts %+v, want %+v", got, want)
 	}
 
@@ -96,7 +96,7 @@ func TestDB(t *testing.T) {
 		if kind == limitfile.Overrides {
 			want = limiter.ImportCounts{Unchanged: 9 + 2 + 5 - 1}
 		}
-		if got := imp(kind, out, false); got != want {
+		if got := imp(kind, out, false); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: import of the export counts %+v, want %+v\n%s", kind, got, want, out)
 		}
 		if after := dump(t, d); !reflect.DeepEqual(after, before) {

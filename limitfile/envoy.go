@@ -24,8 +24,9 @@ type EnvoyStore interface {
 	ListLimits(ctx context.Context) ([]limiter.Limit, error)
 	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
 	// ImportRules writes limits, rules and overrides in one transaction,
-	// or with dryRun only counts what it would write.
-	ImportRules(ctx context.Context, actor string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
+	// making the rules of domain exactly those given, or with dryRun only
+	// counts what it would write and remove.
+	ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
 	// Full streams every limit, then every enabled override.
 	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
 }
@@ -65,15 +66,36 @@ type pattern struct {
 	params    limiter.Params
 	shadow    bool
 	name      string
+	// replaces names the limits the pattern's rule replaces, and quota is
+	// its quota_mode.
+	replaces []string
+	quota    bool
+	// own holds what ratelimitd's own metadata keys say.
+	own ownKeys
 	// rule is set once the pattern has become a rule, and limit is its
 	// limit.
 	rule  *limiter.Rule
 	limit *limiter.Limit
 }
 
+// ownKeys are what a descriptor's `metadata: {ratelimitd: {...}}` says
+// of the limit or override it becomes, where Envoy's format has no word
+// for it: an export writes them, so that importing the export changes
+// nothing. envoyproxy/ratelimit accepts any metadata and ignores it.
+type ownKeys struct {
+	idFormat    limiter.IDFormat
+	burst       int64
+	description *string
+	comment     *string
+}
+
+// ownKeyNames are the keys of ownKeys, as the file spells them.
+var ownKeyNames = []string{"id_format", "burst", "description", "comment"}
+
 // envoyReader reads one document.
 type envoyReader struct {
 	errs     []EntryError
+	notes    []string
 	domain   string
 	patterns []*pattern
 }
@@ -86,17 +108,20 @@ type envoyReader struct {
 // Each descriptor with a rate_limit becomes a rule of the domain and a
 // limit (named by rate_limit.name, or after the domain and descriptor) of
 // the id format string, with burst and count requests_per_unit and period
-// the unit (times unit_multiplier). A descriptor with a value that a less
-// specific descriptor of the file also matches becomes instead an override
-// of that descriptor's limit for the bucket of its values, when it can be
-// one: same shadow_mode, no name of its own. unlimited: true, and a
-// descriptor with neither a limit nor nested descriptors, becomes an
-// unlimited override of the less specific descriptor's limit, or nothing
-// at all when no other descriptor would match its requests (ratelimitd
-// answers those OK anyway). requests_per_unit 0 blocks. What ratelimitd
-// cannot express with the same meaning is an error naming the line:
-// replaces, share_threshold, detailed_metric, units it does not know, and
-// descriptors whose requests it could only partly tell apart.
+// the unit (times unit_multiplier). A descriptor that fixes every value,
+// where a less specific rule of the file would answer its requests,
+// becomes instead an override of that rule's limit for its bucket, when it
+// can be one: same shadow_mode, quota_mode and replaces, no name of its
+// own, and a limit no rule replaces. rate_limit.replaces and quota_mode
+// go on the rule. A blocked
+// (requests_per_unit 0) or unlimited descriptor that no override can
+// express gets a rule whose values share one bucket, and an override of
+// that bucket. share_threshold shares the values of a wildcard entry.
+// metadata.ratelimitd carries what the format cannot hold (id_format,
+// burst, description, comment), as ExportEnvoy writes it. The rules of
+// the domain that the file does not name are deleted. What ratelimitd
+// cannot express with the same meaning is an error naming the line: units
+// it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	if bad != nil {
@@ -117,13 +142,11 @@ func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, 
 		slices.SortStableFunc(r.errs, func(a, b EntryError) int { return a.Line - b.Line })
 		return limiter.ImportCounts{}, r.errs, nil
 	}
-	if len(limits)+len(rules)+len(overrides) == 0 {
-		return limiter.ImportCounts{}, nil, nil
-	}
-	counts, err := st.ImportRules(ctx, actor, limits, rules, overrides, dryRun)
+	counts, err := st.ImportRules(ctx, actor, r.domain, limits, rules, overrides, dryRun)
 	if err != nil {
 		return limiter.ImportCounts{}, nil, err
 	}
+	counts.Notes = r.notes
 	return counts, nil, nil
 }
 
@@ -170,7 +193,8 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 		e.fail(0, "", "a descriptor is a map with key, value, rate_limit and descriptors, not "+describe(n))
 		return
 	}
-	f := readFields(e, n, "key", "value", "rate_limit", "shadow_mode", "descriptors", "detailed_metric", "share_threshold")
+	f := readFields(e, n, "key", "value", "rate_limit", "shadow_mode", "descriptors", "detailed_metric", "share_threshold",
+		"value_to_metric", "metadata", "quota_mode")
 	var entry limiter.DescriptorEntry
 	key, present, ok := readText(e, f, "key")
 	switch {
@@ -189,14 +213,25 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 		entry.Value = value
 	}
 	e.label = clip(label(r.domain, above, entry))
-	for _, k := range []string{"detailed_metric", "share_threshold"} {
+	if v, _, ok := readBool(e, f, "share_threshold"); ok && v {
+		if !strings.Contains(entry.Value, "*") {
+			e.fail(lineOf(f, "share_threshold"), "share_threshold", "is only for a value with a wildcard '*'")
+		}
+		entry.Shared = true
+	}
+	for _, k := range []string{"detailed_metric", "value_to_metric"} {
 		if v, _, ok := readBool(e, f, k); ok && v {
-			e.fail(lineOf(f, k), k, "is not supported: ratelimitd cannot express it with the same meaning")
+			r.note(lineOf(f, k), e.label, k+" is accepted and has no effect: ratelimitd's metrics count decisions by limit and never carry descriptor values")
 		}
 	}
+	var own ownKeys
+	if m := f.get("metadata"); m != nil {
+		own = r.metadata(e, m)
+	}
 	shadow, _, _ := readBool(e, f, "shadow_mode")
+	quota, _, _ := readBool(e, f, "quota_mode")
 	entries := append(slices.Clip(above), entry)
-	p := &pattern{entries: entries, line: n.Line, label: e.label, shadow: shadow}
+	p := &pattern{entries: entries, line: n.Line, label: e.label, shadow: shadow, quota: quota, own: own}
 	rl := f.get("rate_limit")
 	nested := f.get("descriptors")
 	switch {
@@ -215,6 +250,59 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 	}
 }
 
+// note records what the import keeps of a setting, for its answer.
+func (r *envoyReader) note(line int, label, msg string) {
+	r.notes = append(r.notes, "line "+strconv.Itoa(line)+" ("+label+"): "+msg)
+}
+
+// metadata reads a descriptor's metadata: ratelimitd's own keys, and a
+// note for the rest, which nothing reads.
+func (r *envoyReader) metadata(e *entry, m *yaml.Node) ownKeys {
+	var own ownKeys
+	if m.Kind != yaml.MappingNode {
+		e.fail(m.Line, "metadata", "must be a map, not "+describe(m))
+		return own
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Value != "ratelimitd" {
+			r.note(k.Line, e.label, "metadata "+strconv.Quote(clip(k.Value))+" is accepted and not kept: ratelimitd answers no dynamic metadata")
+			continue
+		}
+		oe := e.part(v.Line, "metadata.ratelimitd", e.label)
+		if v.Kind != yaml.MappingNode {
+			oe.fail(0, "", "must be a map, not "+describe(v))
+			continue
+		}
+		f := readFields(oe, v, ownKeyNames...)
+		if name, present, ok := readText(oe, f, "id_format"); present && ok {
+			own.idFormat = limiter.IDFormat(name)
+			if !own.idFormat.Valid() {
+				oe.fail(lineOf(f, "id_format"), "id_format", "must be one of "+limiter.FormatList())
+			}
+		}
+		if b, present, ok := readInt(oe, f, "burst"); present && ok {
+			if b < 1 {
+				oe.fail(lineOf(f, "burst"), "burst", "must be at least 1")
+			}
+			own.burst = b
+		}
+		for _, k := range []string{"description", "comment"} {
+			if text, present, ok := readText(oe, f, k); present && ok {
+				if msg := limiter.TextProblem(text); msg != "" {
+					oe.fail(lineOf(f, k), k, msg)
+				}
+				if k == "description" {
+					own.description = &text
+				} else {
+					own.comment = &text
+				}
+			}
+		}
+	}
+	return own
+}
+
 // rateLimit reads a rate_limit block into p.
 func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	e := parent.part(n.Line, "rate_limit", parent.label)
@@ -224,8 +312,8 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	}
 	before := len(r.errs)
 	f := readFields(e, n, "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces")
-	if f.get("replaces") != nil {
-		e.fail(lineOf(f, "replaces"), "replaces", "is not supported: ratelimitd applies every matching rule, and cannot drop one for another")
+	if n := f.get("replaces"); n != nil {
+		r.replaces(e, n, p)
 	}
 	if name, present, ok := readText(e, f, "name"); present && ok {
 		if msg := limiter.NameProblem(name); msg != "" {
@@ -285,6 +373,35 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	return true
 }
 
+// replaces reads rate_limit.replaces, a list of {name}. A name that no
+// limit can have (envoyproxy/ratelimit accepts any, and an empty one)
+// replaces nothing there either: it is left out, with a note.
+func (r *envoyReader) replaces(e *entry, n *yaml.Node, p *pattern) {
+	if n.Kind != yaml.SequenceNode {
+		e.fail(n.Line, "replaces", "must be a list of {name}, not "+describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		// e reports for rate_limit.
+		ie := e.part(item.Line, e.prefix+".replaces["+strconv.Itoa(i)+"]", e.label)
+		if item.Kind != yaml.MappingNode {
+			ie.fail(0, "", "must be a map with name, not "+describe(item))
+			continue
+		}
+		name, _, ok := readText(ie, readFields(ie, item, "name"), "name")
+		switch {
+		case !ok:
+		case limiter.NameProblem(name) != "":
+			r.note(item.Line, e.label, "replaces "+strconv.Quote(clip(name))+" names no limit ratelimitd can hold ("+limiter.NameProblem(name)+"): it replaces nothing and is left out")
+		case !slices.Contains(p.replaces, name):
+			p.replaces = append(p.replaces, name)
+		}
+	}
+	if len(p.replaces) > limiter.MaxReplaces {
+		e.fail(n.Line, "replaces", "must name at most "+strconv.Itoa(limiter.MaxReplaces)+" limits")
+	}
+}
+
 // label names a descriptor in messages: domain, then key=value pairs.
 func label(domain string, above []limiter.DescriptorEntry, last limiter.DescriptorEntry) string {
 	var b strings.Builder
@@ -301,71 +418,23 @@ func label(domain string, above []limiter.DescriptorEntry, last limiter.Descript
 	return b.String()
 }
 
-// kindOf is how an entry matches values: 0 exact, 1 prefix, 2 any.
-func kindOf(e limiter.DescriptorEntry) int {
-	switch {
-	case e.Value == "":
-		return 2
-	case strings.HasSuffix(e.Value, "*"):
-		return 1
-	}
-	return 0
-}
-
-// covers reports whether every request descriptor that p matches, q
-// matches too.
-func covers(q, p *pattern) bool {
-	if len(q.entries) != len(p.entries) {
-		return false
-	}
-	for i, qe := range q.entries {
-		pe := p.entries[i]
-		if qe.Key != pe.Key {
+// allExact reports whether every entry of p has a value without a
+// wildcard, so that p matches one request descriptor only.
+func allExact(p *pattern) bool {
+	for _, e := range p.entries {
+		if e.Value == "" || strings.Contains(e.Value, "*") {
 			return false
-		}
-		switch kindOf(qe) {
-		case 0:
-			if kindOf(pe) != 0 || pe.Value != qe.Value {
-				return false
-			}
-		case 1:
-			prefix := strings.TrimSuffix(qe.Value, "*")
-			if kindOf(pe) == 2 || !strings.HasPrefix(strings.TrimSuffix(pe.Value, "*"), prefix) {
-				return false
-			}
 		}
 	}
 	return true
 }
 
-// moreSpecific orders patterns as the rule index does: comparing entries
-// from the first, exact before prefix (longer first) before any.
-func moreSpecific(a, b *pattern) int {
-	for i := range a.entries {
-		ka, kb := kindOf(a.entries[i]), kindOf(b.entries[i])
-		if ka != kb {
-			return ka - kb
-		}
-		if ka == 1 && len(a.entries[i].Value) != len(b.entries[i].Value) {
-			return len(b.entries[i].Value) - len(a.entries[i].Value)
-		}
-	}
-	return 0
-}
-
-// generality sorts patterns so that one that covers another comes first.
-func generality(p *pattern) (score, prefixes int) {
-	for _, e := range p.entries {
-		k := kindOf(e)
-		score += k
-		if k == 1 {
-			prefixes += len(e.Value)
-		}
-	}
-	return score, prefixes
-}
-
-// resolve turns the patterns into limits, rules and overrides.
+// resolve turns the patterns into limits, rules and overrides, in time
+// linear in their number: every pattern with a free or wildcard value
+// becomes a rule of its own; each pattern that fixes every value then
+// becomes an override of the rule that would otherwise answer its
+// requests (found in an index of those rules, as a snapshot finds it), or
+// a rule of its own where no override can say the same.
 func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Override) {
 	seen := map[string]*pattern{}
 	for _, p := range r.patterns {
@@ -379,84 +448,151 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 	if len(r.errs) > 0 {
 		return nil, nil, nil
 	}
-	order := slices.Clone(r.patterns)
-	slices.SortStableFunc(order, func(a, b *pattern) int {
-		sa, pa := generality(a)
-		sb, pb := generality(b)
-		if sa != sb {
-			return sb - sa
-		}
-		return pa - pb
-	})
-	names := map[string]int{}
-	var limits []limiter.Limit
-	var rules []limiter.Rule
-	var overrides []limiter.Override
-	var ruled []*pattern
-	for _, p := range order {
-		var catcher *pattern
-		for _, q := range ruled {
-			if covers(q, p) && (catcher == nil || moreSpecific(q, catcher) < 0) {
-				catcher = q
-			}
-		}
-		fail := func(msg string) { r.errs = append(r.errs, EntryError{Line: p.line, Entry: p.label, Message: msg}) }
-		bucket, single := "", false
-		if catcher != nil {
-			bucket, single = singleBucket(catcher, p)
-		}
-		switch {
-		case p.unlimited && catcher == nil:
-			// No other descriptor matches its requests: unmatched,
-			// they are answered OK, as an unlimited one is.
-		case p.unlimited && !single:
-			fail("unlimited, but the less specific descriptor on line " + strconv.Itoa(catcher.line) + " also matches its requests, and they are not one bucket of its limit that an override could exempt")
-		case p.unlimited:
-			overrides = append(overrides, r.override(catcher, bucket, p, limiter.Params{}, true))
-		case single && p.name == "" && p.shadow == catcher.shadow:
-			overrides = append(overrides, r.override(catcher, bucket, p, p.params, false))
-		case p.params.Burst == 0:
-			fail("requests_per_unit 0 blocks, which ratelimitd can express only as an override of a less specific descriptor's limit for one bucket")
-		default:
-			name := p.name
-			if name == "" {
-				name = generatedName(r.domain, p.entries)
-			}
-			if line, taken := names[name]; taken {
-				fail("the limit name " + strconv.Quote(name) + " is taken by the descriptor on line " + strconv.Itoa(line))
-				continue
-			}
-			names[name] = p.line
-			l := limiter.Limit{Name: name, IDFormat: limiter.String, Params: p.params, Shadow: p.shadow,
-				Description: clip("Envoy rate limit of " + label(r.domain, p.entries, limiter.DescriptorEntry{}))}
-			rule := limiter.Rule{Domain: r.domain, Descriptor: p.entries, Limit: name}
-			p.limit, p.rule = &l, &rule
-			limits = append(limits, l)
-			rules = append(rules, rule)
-			ruled = append(ruled, p)
+	out := &resolved{names: map[string]int{}}
+	var general, specific []*pattern
+	for _, p := range r.patterns {
+		if allExact(p) {
+			specific = append(specific, p)
+		} else {
+			general = append(general, p)
 		}
 	}
-	return limits, rules, overrides
+	// A limit some rule replaces is replaced for every descriptor it
+	// serves, so it serves no descriptor of the file without a name.
+	replaced := map[string]bool{}
+	for _, p := range r.patterns {
+		for _, name := range p.replaces {
+			replaced[name] = true
+		}
+	}
+	for _, p := range general {
+		r.own(out, p)
+	}
+	// The index's rules carry their position, to find their pattern.
+	indexed := slices.Clone(out.rules)
+	for i := range indexed {
+		indexed[i].ID = strconv.Itoa(i)
+	}
+	m := limiter.NewMatcher(indexed)
+	for _, p := range specific {
+		var catcher *pattern
+		if rule, found := m.Match(r.domain, p.entries); found {
+			i, _ := strconv.Atoi(rule.ID)
+			catcher = out.ruled[i]
+		}
+		bucket, ok := "", false
+		// A descriptor of a replaced limit is replaced with it, which
+		// it says by naming the limit.
+		sameName := p.name != "" && p.name == catcher.limitName()
+		if catcher != nil && !catcher.shares() && (p.name == "" && !replaced[catcher.limit.Name] || sameName) &&
+			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) {
+			bucket = catcher.rule.BucketID(p.entries)
+			_, err := limiter.String.Canonical(bucket)
+			ok = err == nil
+		}
+		if !ok {
+			r.own(out, p)
+			continue
+		}
+		o := r.override(catcher, bucket, p, p.params, p.unlimited)
+		if p.own.burst > 0 && !p.unlimited && p.params.Burst > 0 {
+			o.Params.Burst = p.own.burst
+		}
+		if p.own.comment != nil {
+			o.Comment = *p.own.comment
+		}
+		out.overrides = append(out.overrides, o)
+	}
+	return out.limits, out.rules, out.overrides
 }
 
-// singleBucket returns the bucket of catcher's limit that every request of
-// p falls in, when there is one: p fixes every value that catcher does not.
-func singleBucket(catcher, p *pattern) (string, bool) {
-	for i, e := range catcher.entries {
-		if kindOf(e) != 0 && kindOf(p.entries[i]) != 0 {
-			return "", false
+// resolved collects what the patterns become.
+type resolved struct {
+	names     map[string]int
+	limits    []limiter.Limit
+	rules     []limiter.Rule
+	ruled     []*pattern
+	overrides []limiter.Override
+}
+
+// limitName is the name of p's limit, "" when p has none.
+func (p *pattern) limitName() string {
+	if p == nil || p.limit == nil {
+		return ""
+	}
+	return p.limit.Name
+}
+
+// shares reports whether the requests of p's rule all count in one
+// bucket, which an override of one request's bucket would change for all.
+func (p *pattern) shares() bool { return p.rule.FreeEntries() == 0 }
+
+// own makes p a rule of its own and a limit. A blocked or unlimited p
+// answers every request alike: its values share one bucket, whose
+// override blocks or exempts it, since a limit itself cannot.
+func (r *envoyReader) own(out *resolved, p *pattern) {
+	fail := func(msg string) { r.errs = append(r.errs, EntryError{Line: p.line, Entry: p.label, Message: msg}) }
+	name := p.name
+	if name == "" {
+		name = generatedName(r.domain, p.entries)
+	}
+	if line, taken := out.names[name]; taken {
+		fail("the limit name " + strconv.Quote(name) + " is taken by the descriptor on line " + strconv.Itoa(line))
+		return
+	}
+	out.names[name] = p.line
+	entries := slices.Clone(p.entries)
+	params := p.params
+	alike := p.unlimited || p.params.Burst == 0
+	if alike {
+		for i := range entries {
+			if !entries[i].Fixed() {
+				entries[i].Shared = true
+			}
 		}
+		params = limiter.Params{Burst: 1, Count: 1, Period: max(p.params.Period, time.Second)}
+	} else if p.own.burst > 0 {
+		params.Burst = p.own.burst
 	}
-	id := catcher.rule.BucketID(p.entries)
-	if _, err := limiter.String.Canonical(id); err != nil {
-		return "", false
+	l := limiter.Limit{Name: name, IDFormat: limiter.String, Params: params, Shadow: p.shadow,
+		Description: defaultDescription(r.domain, p.entries)}
+	if p.own.idFormat != "" {
+		l.IDFormat = p.own.idFormat
 	}
-	return id, true
+	if p.own.description != nil {
+		l.Description = *p.own.description
+	}
+	rule := limiter.Rule{Domain: r.domain, Descriptor: entries, Limit: name, Replaces: p.replaces, QuotaMode: p.quota}
+	if msg := rule.CheckLimit(l); msg != "" {
+		fail("metadata.ratelimitd.id_format: " + msg)
+		return
+	}
+	if fe := l.Params.Validate(false); len(fe) > 0 {
+		fail("metadata.ratelimitd.burst: " + fe[0].Field + " " + fe[0].Message)
+		return
+	}
+	p.limit, p.rule = &l, &rule
+	out.limits = append(out.limits, l)
+	out.rules = append(out.rules, rule)
+	out.ruled = append(out.ruled, p)
+	if alike {
+		blocked := limiter.Params{Count: 1, Period: params.Period}
+		if p.unlimited {
+			blocked = limiter.Params{}
+		}
+		out.overrides = append(out.overrides, r.override(p, "*", p, blocked, p.unlimited))
+	}
+}
+
+// defaultDescription is the description an import gives the limit of a
+// descriptor without one of ratelimitd's own.
+func defaultDescription(domain string, entries []limiter.DescriptorEntry) string {
+	return clip("Envoy rate limit of " + label(domain, entries, limiter.DescriptorEntry{}))
 }
 
 func (r *envoyReader) override(catcher *pattern, bucket string, p *pattern, params limiter.Params, unlimited bool) limiter.Override {
 	return limiter.Override{Limit: catcher.limit.Name, BucketID: bucket, Params: params, Unlimited: unlimited, Enabled: true,
-		Comment: clip("Envoy rate limit of " + label(r.domain, p.entries, limiter.DescriptorEntry{}))}
+		Comment: defaultDescription(r.domain, p.entries)}
 }
 
 // generatedName names the limit of a descriptor without a name: the domain
@@ -495,24 +631,39 @@ func generatedName(domain string, entries []limiter.DescriptorEntry) string {
 // envoyNode is a descriptor of an exported file: its entry, what applies
 // to it, and the descriptors nested under it, in the order first seen.
 type envoyNode struct {
-	entry    limiter.DescriptorEntry
-	set      bool
-	rate     limiter.Params
-	limit    string
+	entry limiter.DescriptorEntry
+	// own holds what the node's metadata must say for an import to
+	// restore the limit or override as it is.
+	own   ownKeys
+	set   bool
+	rate  limiter.Params
+	limit string
+	// alias names the limit of an override's descriptor when a rule of
+	// the domain replaces it, so that an import replaces it too.
+	alias    string
 	shadow   bool
+	quota    bool
+	replaces []string
 	blocked  bool
 	free     bool
 	notes    []string
 	children []*envoyNode
+	// byEntry finds a child by its key and value, so that a domain of
+	// many descriptors is written in time linear in their number.
+	byEntry map[[2]string]*envoyNode
 }
 
+// child returns the node of the entry's key and value, shared or not.
 func (n *envoyNode) child(e limiter.DescriptorEntry) *envoyNode {
-	for _, c := range n.children {
-		if c.entry == e {
-			return c
-		}
+	k := [2]string{e.Key, e.Value}
+	if c := n.byEntry[k]; c != nil {
+		return c
 	}
-	c := &envoyNode{entry: e}
+	c := &envoyNode{entry: limiter.DescriptorEntry{Key: e.Key, Value: e.Value}}
+	if n.byEntry == nil {
+		n.byEntry = map[[2]string]*envoyNode{}
+	}
+	n.byEntry[k] = c
 	n.children = append(n.children, c)
 	return c
 }
@@ -539,8 +690,12 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 		limits[l.Name] = l
 	}
 	byLimit := map[string][]limiter.Rule{}
+	replaced := map[string]bool{}
 	for _, r := range rules {
 		byLimit[r.Limit] = append(byLimit[r.Limit], r)
+		for _, name := range r.Replaces {
+			replaced[name] = true
+		}
 	}
 	root := &envoyNode{}
 	at := func(entries []limiter.DescriptorEntry) *envoyNode {
@@ -554,6 +709,21 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 		l := limits[r.Limit]
 		n := at(r.Descriptor)
 		n.set, n.rate, n.limit, n.shadow = true, l.Params, l.Name, l.Shadow
+		n.quota, n.replaces = r.QuotaMode, r.Replaces
+		// The entries of a rule of one bucket are shared by import again
+		// when it is blocked or unlimited; a wildcard says it itself.
+		for i, e := range r.Descriptor {
+			at(r.Descriptor[:i+1]).entry.Shared = e.Shared && strings.Contains(e.Value, "*")
+		}
+		if l.IDFormat != limiter.String {
+			n.own.idFormat = l.IDFormat
+		}
+		if l.Burst != l.Count {
+			n.own.burst = l.Burst
+		}
+		if d := defaultDescription(domain, r.Descriptor); l.Description != d {
+			n.own.description = &l.Description
+		}
 	}
 	_, err = st.Full(ctx, func(limiter.Limit) error { return nil }, func(o limiter.Override) error {
 		for _, r := range byLimit[o.Limit] {
@@ -566,6 +736,19 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 			n := at(entries)
 			n.set, n.rate, n.free, n.blocked = true, o.Params, o.Unlimited, !o.Unlimited && o.Burst == 0
 			n.shadow = limits[o.Limit].Shadow
+			// The override's requests are decided by r, as the
+			// descriptor's are in the file.
+			n.quota, n.replaces = r.QuotaMode, r.Replaces
+			if replaced[o.Limit] {
+				n.alias = o.Limit
+			}
+			n.own.burst = 0
+			if !n.free && !n.blocked && o.Burst != o.Count {
+				n.own.burst = o.Burst
+			}
+			if d := defaultDescription(domain, entries); o.Comment != d && n.limit == "" {
+				n.own.comment = &o.Comment
+			}
 		}
 		return nil
 	})
@@ -589,7 +772,8 @@ func overrideEntries(r limiter.Rule, bucket string) ([]limiter.DescriptorEntry, 
 	var values []string
 	switch n := r.FreeEntries(); {
 	case n == 0:
-		return nil, false // the bucket is the rule itself
+		// The rule's one bucket: the rule itself.
+		return r.Descriptor, bucket == "*"
 	case n == 1:
 		values = []string{bucket}
 	default:
@@ -627,12 +811,19 @@ func writeEnvoyNodes(w *writer, indent int, nodes []*envoyNode) {
 		if n.entry.Value != "" {
 			w.line(in, "value: "+scalar(n.entry.Value))
 		}
+		if n.entry.Shared {
+			w.line(in, "share_threshold: true")
+		}
 		if n.set {
 			writeRateLimit(w, in, n)
 		}
 		if n.shadow {
 			w.line(in, "shadow_mode: true")
 		}
+		if n.quota {
+			w.line(in, "quota_mode: true")
+		}
+		writeOwnKeys(w, in, n.own)
 		if len(n.children) > 0 {
 			w.line(in, "descriptors:")
 			writeEnvoyNodes(w, in+2, n.children)
@@ -641,8 +832,16 @@ func writeEnvoyNodes(w *writer, indent int, nodes []*envoyNode) {
 }
 
 func writeRateLimit(w *writer, indent int, n *envoyNode) {
+	name := n.limit
+	if name == "" {
+		name = n.alias
+	}
 	if n.free {
 		w.line(indent, "rate_limit:")
+		if name != "" {
+			w.line(indent+2, "name: "+scalar(name))
+		}
+		writeReplaces(w, indent+2, n.replaces)
 		w.line(indent+2, "unlimited: true")
 		return
 	}
@@ -654,18 +853,50 @@ func writeRateLimit(w *writer, indent int, n *envoyNode) {
 	rpu := n.rate.Count
 	if n.blocked {
 		rpu = 0
-	} else if n.rate.Burst != n.rate.Count {
-		w.line(indent, "# burst "+strconv.FormatInt(n.rate.Burst, 10)+": Envoy's format has none, and an import sets it to requests_per_unit")
 	}
 	w.line(indent, "rate_limit:")
-	if n.limit != "" {
-		w.line(indent+2, "name: "+scalar(n.limit))
+	if name != "" {
+		w.line(indent+2, "name: "+scalar(name))
 	}
 	w.line(indent+2, "unit: "+unit)
 	if mult > 1 {
 		w.line(indent+2, "unit_multiplier: "+strconv.FormatInt(mult, 10))
 	}
 	w.line(indent+2, "requests_per_unit: "+strconv.FormatInt(rpu, 10))
+	writeReplaces(w, indent+2, n.replaces)
+}
+
+func writeReplaces(w *writer, indent int, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	w.line(indent, "replaces:")
+	for _, name := range names {
+		w.line(indent+2, "- name: "+scalar(name))
+	}
+}
+
+// writeOwnKeys writes ratelimitd's own keys in the descriptor's metadata,
+// which envoyproxy/ratelimit accepts and ignores.
+func writeOwnKeys(w *writer, indent int, own ownKeys) {
+	if own == (ownKeys{}) {
+		return
+	}
+	w.line(indent, "metadata:")
+	w.line(indent+2, "ratelimitd:")
+	in := indent + 4
+	if own.idFormat != "" {
+		w.line(in, "id_format: "+string(own.idFormat))
+	}
+	if own.burst > 0 {
+		w.line(in, "burst: "+strconv.FormatInt(own.burst, 10))
+	}
+	if own.description != nil {
+		w.line(in, "description: "+scalar(*own.description))
+	}
+	if own.comment != nil {
+		w.line(in, "comment: "+scalar(*own.comment))
+	}
 }
 
 // envoyUnit returns the largest unit that divides d, and how many of it d

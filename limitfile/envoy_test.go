@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // The real database satisfies EnvoyStore.
 var _ limitfile.EnvoyStore = (*db.DB)(nil)
 
-func envoyDB(t *testing.T, postgres bool) *db.DB {
+func envoyDB(t testing.TB, postgres bool) *db.DB {
 	t.Helper()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "ratelimitd.db")
 	if postgres {
@@ -97,7 +98,7 @@ func TestImportEnvoy(t *testing.T) {
 				}
 				return counts
 			}
-			if got := imp("blocked.yaml", true); got != (limiter.ImportCounts{Created: 4}) {
+			if got := imp("blocked.yaml", true); !reflect.DeepEqual(got, limiter.ImportCounts{Created: 4}) {
 				t.Errorf("dry run: %+v", got)
 			}
 			if ls, _ := d.ListLimits(ctx); len(ls) != 0 {
@@ -111,11 +112,11 @@ func TestImportEnvoy(t *testing.T) {
 				{"nested.yaml", limiter.ImportCounts{Created: 4}},
 				{"blocked.yaml", limiter.ImportCounts{Created: 4}},
 				{"levels.yaml", limiter.ImportCounts{Created: 2}},
-				{"unlimited.yaml", limiter.ImportCounts{Created: 3}},
+				{"unlimited.yaml", limiter.ImportCounts{Created: 6}},
 				{"shadow.yaml", limiter.ImportCounts{Created: 4}},
 				{"wildcard.yaml", limiter.ImportCounts{Created: 2}},
 			} {
-				if got := imp(tc.file, false); got != tc.want {
+				if got := imp(tc.file, false); !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("%s: %+v, want %+v", tc.file, got, tc.want)
 				}
 				// The same file again changes nothing.
@@ -157,12 +158,13 @@ func TestImportEnvoy(t *testing.T) {
 				t.Error("two entries did not match")
 			}
 			// Unlimited: an override where a less specific descriptor would
-			// limit, nothing where none would.
+			// limit, a rule of its own where none would, so that Envoy is
+			// answered as unlimited.
 			if _, r := decide(t, s, "backends", "partner", "trusted"); r.Source != limiter.SourceUnlimited {
 				t.Errorf("trusted partner: %+v", r)
 			}
-			if limit, _ := decide(t, s, "backends", "directory", "x"); limit != "" {
-				t.Errorf("an unlimited descriptor without competition became %s", limit)
+			if _, r := decide(t, s, "backends", "directory", "x"); r.Source != limiter.SourceUnlimited {
+				t.Errorf("unlimited directory: %+v", r)
 			}
 			if _, r := decide(t, s, "trial", "app", "a", "account", "acct-1"); !r.Limit.Shadow {
 				t.Errorf("shadow_mode lost: %+v", r.Limit)
@@ -202,8 +204,9 @@ func TestImportEnvoyErrors(t *testing.T) {
 		line      int
 		want      string
 	}{
-		{"replaces", string(envoyFile(t, "replaces.yaml")), 19, "rate_limit.replaces: is not supported"},
-		{"detailed_metric", string(envoyFile(t, "detailed.yaml")), 4, "detailed_metric: is not supported"},
+		{"replaces not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: X\n", 7, "rate_limit.replaces: must be a list of {name}"},
+		{"replaces without name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - limit: X\n", 8, `rate_limit.replaces[0]: unknown key "limit"`},
+		{"quota_mode not a bool", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: yes please\n", 4, "quota_mode: must be true or false"},
 		{"not a map", "- a\n", 1, "is a map with domain and descriptors"},
 		{"no domain", "descriptors: []\n", 1, "domain: is required"},
 		{"unknown key", "domain: d\nextra: 1\n", 2, `unknown key "extra"`},
@@ -213,11 +216,12 @@ func TestImportEnvoyErrors(t *testing.T) {
 		{"control character", "domain: d\ndescriptors:\n  - key: \"k\\0\"\n", 3, "key: must not hold control characters"},
 		{"empty value", "domain: d\ndescriptors:\n  - key: k\n    value: \"\"\n", 4, "value: must not be empty"},
 		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", 5, "the same descriptor as on line 3"},
-		{"blocked alone", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n", 3, "requests_per_unit 0 blocks"},
-		{"unlimited prefix", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: a*\n    rate_limit: {unlimited: true}\n", 5, "not one bucket"},
 		{"alias", "domain: &d d\ndescriptors:\n  - key: *d\n", 3, "aliases are not supported"},
 		{"bad name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: 9lives, unit: second, requests_per_unit: 1}\n", 4, "rate_limit.name: must start with a letter"},
 		{"deep", "domain: d\ndescriptors:\n" + deep(17), 0, "descriptors nest at most 16 deep"},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", 5, "share_threshold: is only for a value with a wildcard"},
+		{"own keys", "domain: d\ndescriptors:\n  - key: k\n    metadata: {ratelimitd: {burst: 0, id_format: nope}}\n", 4, "burst: must be at least 1"},
+		{"second document", "domain: d\n---\ndomain: e\n", 2, "this is a second one"},
 	} {
 		_, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", []byte(tc.doc), false)
 		if err != nil {

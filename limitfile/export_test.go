@@ -192,7 +192,7 @@ func roundTrip(t testing.TB, st Store, kind Kind) {
 	if kind == Overrides {
 		n = len(overrides)
 	}
-	if want := (limiter.ImportCounts{Unchanged: n}); counts != want {
+	if want := (limiter.ImportCounts{Unchanged: n}); !reflect.DeepEqual(counts, want) {
 		t.Errorf("Import of the export counts %+v, want %+v\n%s", counts, want, out)
 	}
 	after, err := st.ListLimits(ctx)
@@ -283,7 +283,7 @@ func TestScalar(t *testing.T) {
 		`back\slash "q"`:                  `"back\\slash \"q\""`,
 		"émoji 🙂":                         `"émoji 🙂"`,
 	} {
-		if got := scalar(s); got != want {
+		if got := scalar(s); !reflect.DeepEqual(got, want) {
 			t.Errorf("scalar(%q) = %s, want %s", s, got, want)
 		}
 	}

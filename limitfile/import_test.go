@@ -145,7 +145,7 @@ func TestImportDefaults(t *testing.T) {
 			if err != nil || errs != nil {
 				t.Fatalf("Import: %v, %v", errs, err)
 			}
-			if counts != tc.counts {
+			if !reflect.DeepEqual(counts, tc.counts) {
 				t.Errorf("counts = %+v, want %+v", counts, tc.counts)
 			}
 			limits, _ := st.state()
@@ -237,7 +237,7 @@ func TestImportOverrides(t *testing.T) {
 			if err != nil || errs != nil {
 				t.Fatalf("Import: %v, %v", errs, err)
 			}
-			if counts != tc.counts {
+			if !reflect.DeepEqual(counts, tc.counts) {
 				t.Errorf("counts = %+v, want %+v", counts, tc.counts)
 			}
 			limits, overrides := st.state()
@@ -261,7 +261,7 @@ func TestImportEmpty(t *testing.T) {
 			}
 			st := newFakeStore()
 			counts, errs, err := Import(t.Context(), st, "tester", kind, []byte(doc), false)
-			if err != nil || errs != nil || counts != (limiter.ImportCounts{}) || st.imports != 0 {
+			if err != nil || errs != nil || !reflect.DeepEqual(counts, limiter.ImportCounts{}) || st.imports != 0 {
 				t.Errorf("%s %q: %+v, %v, %v; Import called %d times", kind, doc, counts, errs, err, st.imports)
 			}
 		}
@@ -275,7 +275,7 @@ func TestImportDryRun(t *testing.T) {
 	if err != nil || errs != nil {
 		t.Fatalf("Import: %v, %v", errs, err)
 	}
-	if want := (limiter.ImportCounts{Created: 1, Updated: 1}); counts != want {
+	if want := (limiter.ImportCounts{Created: 1, Updated: 1}); !reflect.DeepEqual(counts, want) {
 		t.Errorf("counts = %+v, want %+v", counts, want)
 	}
 	if after, _ := st.state(); !reflect.DeepEqual(after, before) {
@@ -425,7 +425,7 @@ func checkErrors(t *testing.T, st *fakeStore, kind Kind, doc string, want []Entr
 		}
 		t.Errorf("entry errors:\n%s want %d of them: %+v", b.String(), len(want), want)
 	}
-	if counts != (limiter.ImportCounts{}) || st.imports != 0 {
+	if !reflect.DeepEqual(counts, limiter.ImportCounts{}) || st.imports != 0 {
 		t.Errorf("counts %+v, %d calls of Import; want nothing written", counts, st.imports)
 	}
 	if l, o := st.state(); !reflect.DeepEqual(l, limits) || !reflect.DeepEqual(o, overrides) {

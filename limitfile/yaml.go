@@ -25,10 +25,12 @@ func decode(data []byte) (*yaml.Node, *EntryError) {
 	} else if err != nil {
 		return nil, syntaxError(err)
 	}
+	// A trailing empty document (a last "---") is accepted, as
+	// envoyproxy/ratelimit's reader does; another document is not.
 	var next yaml.Node
-	if err := dec.Decode(&next); err == nil {
+	if err := dec.Decode(&next); err == nil && !empty(&next) {
 		return nil, &EntryError{Line: next.Line, Message: "a file holds one YAML document, and this is a second one"}
-	} else if !errors.Is(err, io.EOF) {
+	} else if err != nil && !errors.Is(err, io.EOF) {
 		return nil, syntaxError(err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
@@ -39,6 +41,11 @@ func decode(data []byte) (*yaml.Node, *EntryError) {
 		return nil, nil
 	}
 	return root, nil
+}
+
+// empty reports whether a decoded document holds nothing.
+func empty(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].ShortTag() == "!!null"
 }
 
 // syntaxError turns an error of yaml.v3 into an EntryError, with the line

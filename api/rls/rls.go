@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,18 @@ type batch struct {
 	// bucket id.
 	rules     []limiter.Rule
 	decisions []limiter.Decision
+	// replaced names the limits that the matched rules replace.
+	replaced []string
+	// moved maps the index of a request before dropReplaced to the one
+	// after, -1 for a request dropped.
+	moved []int
+	// quotaOver[j] is true when reqs[j] is of a quota-mode rule and over
+	// its limit in a request that the other quotas let through; first
+	// holds the decisions that found it, and retry the batch spent
+	// instead.
+	quotaOver []bool
+	first     []limiter.Decision
+	retry     []limiter.Request
 }
 
 // ShouldRateLimit decides a request as one all-or-nothing spend of its
@@ -91,6 +104,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if unmatched := len(descriptors) - countMatched(b.slot); unmatched > 0 {
 		s.obs.ObserveUnmatched(unmatched)
 	}
+	b.dropReplaced()
 	if len(b.reqs) == 0 {
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -102,6 +116,11 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, b.decideError(ctx, err)
 	}
 	b.decisions = res.Decisions
+	if !res.Allowed && !res.Degraded && b.overQuotaOnly(res.Decisions) {
+		if res, err = b.spendWithinQuota(ctx, s.lim); err != nil {
+			return nil, b.decideError(ctx, err)
+		}
+	}
 	s.obs.ObserveDecisions(limiter.Spend, res)
 	if !res.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -117,9 +136,17 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if d.Source == limiter.SourceUnlimited {
+			// As envoyproxy/ratelimit answers it: all that 32 bits hold.
+			st.LimitRemaining = math.MaxUint32
 			continue
 		}
 		st.CurrentLimit = currentLimit(d.Limit, d.Params)
+		if d.Params.Burst == 0 {
+			// Blocked: 0 requests in the unit of the override's period,
+			// as envoyproxy/ratelimit reports requests_per_unit 0.
+			st.CurrentLimit = currentLimit(d.Limit, limiter.Params{Count: 1, Period: d.Params.Period})
+			st.CurrentLimit.RequestsPerUnit = 0
+		}
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
 	}
@@ -127,6 +154,79 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = headers(res)
 	}
 	return resp, nil
+}
+
+// dropReplaced takes out of the batch the buckets of the limits that a
+// matched rule replaces, as envoyproxy/ratelimit's replaces does: their
+// descriptors are answered OK without a limit, and spend nothing.
+func (b *batch) dropReplaced() {
+	if len(b.replaced) == 0 {
+		return
+	}
+	b.moved = b.moved[:0]
+	kept := 0
+	for j := range b.reqs {
+		if slices.Contains(b.replaced, b.reqs[j].Limit) {
+			b.moved = append(b.moved, -1)
+			continue
+		}
+		b.moved = append(b.moved, kept)
+		b.reqs[kept], b.rules[kept] = b.reqs[j], b.rules[j]
+		kept++
+	}
+	b.reqs, b.rules = b.reqs[:kept], b.rules[:kept]
+	for i, j := range b.slot {
+		if j >= 0 {
+			b.slot[i] = b.moved[j]
+		}
+	}
+}
+
+// overQuotaOnly reports whether a denied batch would pass under
+// envoyproxy/ratelimit's quota_mode: every bucket over its limit (and not
+// a shadow) is of a quota-mode rule, and some descriptor of a quota-mode
+// rule is within its limit. It marks those buckets in quotaOver.
+func (b *batch) overQuotaOnly(ds []limiter.Decision) bool {
+	b.quotaOver = slices.Grow(b.quotaOver[:0], len(ds))[:len(ds)]
+	for j := range ds {
+		over := !ds[j].Allowed && !ds[j].Shadow
+		if over && !b.rules[j].QuotaMode {
+			return false
+		}
+		b.quotaOver[j] = over
+	}
+	for _, j := range b.slot {
+		if j >= 0 && b.rules[j].QuotaMode && !b.quotaOver[j] {
+			return true
+		}
+	}
+	return false
+}
+
+// spendWithinQuota spends the batch again with nothing taken from the
+// buckets in quotaOver, whose decisions stay those of the first spend, so
+// that their statuses say OVER_LIMIT while the request passes. If the
+// second spend is denied (another request emptied a bucket in between),
+// so is the request, and nothing is spent: never OK without a spend.
+func (b *batch) spendWithinQuota(ctx context.Context, lim Decider) (limiter.Result, error) {
+	b.first = append(b.first[:0], b.decisions...)
+	b.retry = append(b.retry[:0], b.reqs...)
+	for j, over := range b.quotaOver {
+		if over {
+			b.retry[j].Cost = 0
+		}
+	}
+	res, err := lim.Decide(ctx, limiter.Spend, b.retry, b.decisions)
+	if err != nil {
+		return res, err
+	}
+	b.decisions = res.Decisions
+	for j, over := range b.quotaOver {
+		if over {
+			res.Decisions[j] = b.first[j]
+		}
+	}
+	return res, nil
 }
 
 func countMatched(slot []int) int {
@@ -148,7 +248,7 @@ const maxHits = math.MaxInt64
 // bad field is an INVALID_ARGUMENT naming the descriptor and entry; the
 // first one found is reported, as a gRPC status carries one message.
 func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) error {
-	b.reqs, b.slot, b.rules = b.reqs[:0], b.slot[:0], b.rules[:0]
+	b.reqs, b.slot, b.rules, b.replaced = b.reqs[:0], b.slot[:0], b.rules[:0], b.replaced[:0]
 	domain := req.GetDomain()
 	if msg := limiter.DescriptorTextProblem(domain); msg != "" {
 		return invalid("domain: " + msg)
@@ -195,6 +295,7 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 			b.slot = append(b.slot, -1)
 			continue
 		}
+		b.replaced = append(b.replaced, r.Replaces...)
 		bucket := canonical(snap, r, r.BucketID(b.entries))
 		j := b.find(r.Limit, bucket)
 		if j < 0 {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
+	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
@@ -118,8 +120,31 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 	if dryRun {
 		verb = "would import (dry run)"
 	}
-	fmt.Fprintf(stdout, "%s: %d created, %d updated, %d unchanged\n", verb, counts.Created, counts.Updated, counts.Unchanged)
+	fmt.Fprintf(stdout, "%s: %d created, %d updated, %d unchanged", verb, counts.Created, counts.Updated, counts.Unchanged)
+	if len(counts.Removed) > 0 {
+		fmt.Fprintf(stdout, ", %d removed", len(counts.Removed))
+	}
+	fmt.Fprintln(stdout)
+	for _, r := range counts.Removed {
+		fmt.Fprintf(stdout, "removed rule %s: domain %s, %s -> limit %s\n", r.ID, r.Domain, describeEntries(r.Descriptor), r.Limit)
+	}
+	for _, n := range counts.Notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	return nil
+}
+
+// describeEntries writes a rule's descriptor as key=value pairs, a bare
+// key for an entry that matches any value.
+func describeEntries(entries []limiter.DescriptorEntry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = e.Key
+		if e.Value != "" {
+			parts[i] += "=" + strconv.Quote(e.Value)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // exportFile writes limits or overrides in the format import reads.

@@ -241,8 +241,8 @@ func TestImportEnvoyCommand(t *testing.T) {
 	if out, log, err := runCmd("import", "-kind", "envoy", file); err != nil || !strings.Contains(out, "imported: 2 created") {
 		t.Fatalf("import: %q, %v\n%s", out, err, log)
 	}
-	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      replaces: [{name: x}]\n      unit: minute\n      requests_per_unit: 60\n")
-	if _, stderr, err := runCmd("import", "-kind", "envoy", file); err == nil || !strings.Contains(stderr, "line 5: api user: rate_limit.replaces: is not supported") {
+	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 60\n")
+	if _, stderr, err := runCmd("import", "-kind", "envoy", file); err == nil || !strings.Contains(stderr, "line 5: api user: rate_limit.unit: must be one of") {
 		t.Fatalf("a bad file: %v\n%s", err, stderr)
 	}
 	out, _, err := runCmd("export", "-kind", "envoy", "-domain", "api")
@@ -251,5 +251,13 @@ func TestImportEnvoyCommand(t *testing.T) {
 	}
 	if _, _, err := runCmd("export", "-kind", "envoy"); err == nil {
 		t.Fatal("an Envoy export without a domain")
+	}
+	// A file without the rule, and with a setting that only gets a note:
+	// both are printed.
+	write("domain: api\ndescriptors:\n  - key: path\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 60\n")
+	out, log, err := runCmd("import", "-kind", "envoy", "-dry-run", file)
+	if err != nil || !strings.Contains(out, "unchanged, 1 removed") || !strings.Contains(out, "removed rule ") ||
+		!strings.Contains(out, "domain api, user -> limit api.user") || !strings.Contains(out, "note: line 4 (api path): detailed_metric is accepted") {
+		t.Fatalf("import: %q, %v\n%s", out, err, log)
 	}
 }
