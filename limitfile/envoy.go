@@ -124,11 +124,11 @@ type envoyReader struct {
 // it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
-	if bad != nil {
-		return limiter.ImportCounts{}, []EntryError{*bad}, nil
-	}
-	if root == nil {
+	switch {
+	case bad == errEmpty:
 		return limiter.ImportCounts{}, nil, nil
+	case bad != nil:
+		return limiter.ImportCounts{}, []EntryError{*bad}, nil
 	}
 	r := &envoyReader{}
 	r.document(root)

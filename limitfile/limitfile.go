@@ -79,10 +79,10 @@ func ParseKind(s string) (Kind, error) {
 func DetectKind(data []byte) (Kind, error) {
 	root, bad := decode(data)
 	switch {
+	case bad == errEmpty:
+		return "", errors.New("the document is empty: nothing tells its kind")
 	case bad != nil:
 		return "", bad
-	case root == nil:
-		return "", errors.New("the document is empty: nothing tells its kind")
 	case root.Kind == yaml.SequenceNode:
 		return Overrides, nil
 	case root.Kind == yaml.MappingNode && len(root.Content) > 0 && strings.Contains(root.Content[0].Value, ":"):
@@ -170,11 +170,11 @@ func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte,
 		return ImportEnvoy(ctx, es, actor, data, dryRun)
 	}
 	root, bad := decode(data)
-	if bad != nil {
-		return limiter.ImportCounts{}, []EntryError{*bad}, nil
-	}
-	if root == nil {
+	switch {
+	case bad == errEmpty:
 		return limiter.ImportCounts{}, nil, nil
+	case bad != nil:
+		return limiter.ImportCounts{}, []EntryError{*bad}, nil
 	}
 	stored, err := st.ListLimits(ctx)
 	if err != nil {

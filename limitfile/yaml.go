@@ -13,15 +13,20 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// decode parses data into the root node of its one document: nil for an
-// empty document (no content, or an explicit null), or one EntryError for a
-// document that is not YAML. The node API is used rather than decoding into
-// structs because every problem must be reported with its line.
+// errEmpty is decode's answer for a document with no content, or only an
+// explicit null: an import of it writes nothing, and its kind cannot be
+// told.
+var errEmpty = &EntryError{Message: "the document is empty"}
+
+// decode parses data into the root node of its one document, or returns
+// one EntryError: errEmpty for an empty document, another for a document
+// that is not YAML. The node API is used rather than decoding into structs
+// because every problem must be reported with its line.
 func decode(data []byte) (*yaml.Node, *EntryError) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil, nil
+		return nil, errEmpty
 	} else if err != nil {
 		return nil, syntaxError(err)
 	}
@@ -33,14 +38,10 @@ func decode(data []byte) (*yaml.Node, *EntryError) {
 	} else if err != nil && !errors.Is(err, io.EOF) {
 		return nil, syntaxError(err)
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, nil
+	if doc.Kind != yaml.DocumentNode || empty(&doc) {
+		return nil, errEmpty
 	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return nil, nil
-	}
-	return root, nil
+	return doc.Content[0], nil
 }
 
 // empty reports whether a decoded document holds nothing.
