@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/api/problem"
@@ -41,6 +42,10 @@ type Config struct {
 	// TLS, when set, serves over TLS.
 	TLS    *tls.Config
 	Logger *slog.Logger
+
+	// StatsHandler, when set, sees every call, as tracing needs; nil
+	// adds nothing to a call.
+	StatsHandler stats.Handler
 }
 
 // readinessInterval is how often the health service asks Ready: a
@@ -67,6 +72,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Auth != nil {
 		opts = append(opts, grpc.UnaryInterceptor(authorize(cfg.Auth)))
+	}
+	if cfg.StatsHandler != nil {
+		opts = append(opts, grpc.StatsHandler(cfg.StatsHandler))
 	}
 	s := &Server{grpc: grpc.NewServer(opts...), health: health.NewServer(), ready: cfg.Ready, log: cfg.Logger}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, newService(cfg))
