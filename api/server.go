@@ -90,6 +90,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now reads the clock, for expiry checks and ages; time.Now when nil.
 	Now func() time.Time
+	// Trace, when set, starts the span of a request to a route, given its
+	// pattern ("" when none matched), and returns the request carrying
+	// the span and what ends it with the answer's status; nil traces
+	// nothing.
+	Trace func(r *http.Request, route string) (*http.Request, func(status int))
 }
 
 // Observer gives requests their ids, one sequence for the whole service,
@@ -189,12 +194,21 @@ func (s *Server) Routes() []string {
 // process.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		var endSpan func(int)
+		if s.cfg.Trace != nil {
+			var r *http.Request
+			r, endSpan = s.cfg.Trace(c.Request(), c.Path())
+			c.SetRequest(r)
+		}
 		c.Response().Header()[echo.HeaderXRequestID] = []string{s.cfg.Observer.RequestID()}
 		start := time.Now()
 		if err := recovered(c, next); err != nil {
 			c.Error(err)
 		}
 		s.cfg.Observer.ObserveRequest(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
+		if endSpan != nil {
+			endSpan(c.Response().Status)
+		}
 		return nil
 	}
 }

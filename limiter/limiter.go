@@ -81,6 +81,14 @@ type Config struct {
 	// Logger receives the store's changes between failing and answering;
 	// slog.Default() when nil.
 	Logger *slog.Logger
+	// TraceStore, when set, is called before each call to the store of a
+	// decision with its operation and the names of its buckets' limits,
+	// each once, so that a trace shows the call without a bucket id; the
+	// call runs in the context it returns, and the func it returns is
+	// called after the call with whether every bucket outside shadow
+	// limits allowed its cost, and the call's error. Nil, the default,
+	// costs the decision nothing.
+	TraceStore func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
 }
 
 // Stats are the Limiter's counters since it started.
@@ -93,6 +101,7 @@ type Stats struct {
 // store. It is safe for concurrent use.
 type Limiter struct {
 	store    Store
+	trace    func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
 	now      func() time.Time
 	failOpen bool
 	log      *slog.Logger
@@ -107,7 +116,7 @@ type Limiter struct {
 // New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot
 // until SetSnapshot is called.
 func New(cfg Config) *Limiter {
-	l := &Limiter{store: cfg.Store, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
+	l := &Limiter{store: cfg.Store, trace: cfg.TraceStore, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -199,7 +208,7 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 		storeOp = Check
 	}
 	if len(sc.batch) > 0 {
-		if err := l.callStore(ctx, storeOp, now, sc.batch); err != nil {
+		if err := l.callStore(ctx, storeOp, now, sc.batch, decisions, sc.pos); err != nil {
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 	}
@@ -242,8 +251,18 @@ func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket, epochs []uint
 	}
 }
 
-func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket) error {
-	if _, err := l.store.Apply(ctx, op, now, batch); err != nil {
+// callStore applies op to batch, whose buckets are those of the decisions
+// that pos points to, and keeps the store's health.
+func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket, decisions []Decision, pos []int) error {
+	var end func(bool, error)
+	if l.trace != nil {
+		ctx, end = l.trace(ctx, op, storeLimits(decisions, pos))
+	}
+	_, err := l.store.Apply(ctx, op, now, batch)
+	if end != nil {
+		end(batchAllowed(batch), err)
+	}
+	if err != nil {
 		l.storeErrors.Add(1)
 		if !l.storeDown.Swap(true) {
 			l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
@@ -254,6 +273,29 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 		l.log.Info("store answers again")
 	}
 	return nil
+}
+
+// storeLimits names the limits of the decisions that went to the store,
+// each once, in the order of the batch.
+func storeLimits(decisions []Decision, pos []int) []string {
+	var names []string
+	for i, p := range pos {
+		if p >= 0 && !slices.Contains(names, decisions[i].Limit) {
+			names = append(names, decisions[i].Limit)
+		}
+	}
+	return names
+}
+
+// batchAllowed reports whether every bucket of batch outside shadow limits
+// allowed its cost.
+func batchAllowed(batch []Bucket) bool {
+	for i := range batch {
+		if !batch[i].Outcome.Allowed && !batch[i].Shadow {
+			return false
+		}
+	}
+	return true
 }
 
 // storeFailed applies the fail mode. Failing open, every bucket that needed

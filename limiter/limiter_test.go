@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -435,5 +436,77 @@ func TestDeniedCacheRacesUndos(t *testing.T) {
 				t.Fatalf("the store holds tokens again, but the spend got %+v, %v", res, err)
 			}
 		})
+	}
+}
+
+// traceKey marks the context that TraceStore hands the store.
+type traceKey struct{}
+
+// ctxStore records the trace mark of the context each call gets.
+type ctxStore struct {
+	limiter.Store
+	marks []any
+}
+
+func (s *ctxStore) Apply(ctx context.Context, op limiter.Op, now time.Time, b []limiter.Bucket) (bool, error) {
+	s.marks = append(s.marks, ctx.Value(traceKey{}))
+	return s.Store.Apply(ctx, op, now, b)
+}
+
+// storeCall is what TraceStore was told of one call to the store.
+type storeCall struct {
+	op      limiter.Op
+	limits  []string
+	allowed bool
+	err     error
+}
+
+func TestTraceStoreSeesEachStoreCall(t *testing.T) {
+	var calls []storeCall
+	trace := func(ctx context.Context, op limiter.Op, limits []string) (context.Context, func(bool, error)) {
+		i := len(calls)
+		calls = append(calls, storeCall{op: op, limits: limits})
+		return context.WithValue(ctx, traceKey{}, i), func(allowed bool, err error) {
+			calls[i].allowed, calls[i].err = allowed, err
+		}
+	}
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	cs := &ctxStore{Store: f.store}
+	f.l = limiter.New(limiter.Config{Store: cs, Now: func() time.Time { return f.now }, TraceStore: trace,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.l.SetSnapshot(testSnapshot(t))
+
+	// Two buckets of one limit name it once; the unlimited bucket needs
+	// no store and is not named; a denied shadow bucket denies nothing.
+	f.decide(t, limiter.Spend, req("Shadowed", "1", 1))
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 1), req("Shadowed", "1", 1),
+		req("NewOrdersPerAccount", "9", 1), req("NewOrdersPerAccount", "2", 1))
+	// An empty bucket denies the batch.
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "5", 3))
+	// A blocked bucket needs no store: no call, nothing traced.
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "666", 1))
+	f.store.fail.Store(true)
+	if _, err := f.l.Decide(context.Background(), limiter.Check, []limiter.Request{req("MailsPerAddress", "a@example.com", 1)}, nil); err == nil {
+		t.Fatal("a failing store answered")
+	}
+
+	want := []storeCall{
+		{op: limiter.Spend, limits: []string{"Shadowed"}, allowed: true},
+		{op: limiter.Spend, limits: []string{"NewOrdersPerAccount", "Shadowed"}, allowed: true},
+		{op: limiter.Spend, limits: []string{"NewOrdersPerAccount"}, allowed: false},
+		{op: limiter.Check, limits: []string{"MailsPerAddress"}, err: errDown},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("%d store calls traced, want %d: %+v", len(calls), len(want), calls)
+	}
+	for i, w := range want {
+		c := calls[i]
+		// A failed call allowed nothing it could tell.
+		if c.op != w.op || !slices.Equal(c.limits, w.limits) || c.allowed != w.allowed || !errors.Is(c.err, w.err) {
+			t.Errorf("call %d: %+v, want %+v", i, c, w)
+		}
+	}
+	if !slices.Equal(cs.marks, []any{0, 1, 2, 3}) {
+		t.Errorf("the store ran in contexts %v, want those TraceStore returned, 0 to 3", cs.marks)
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -23,13 +26,14 @@ import (
 // API, on the in-process store with a snapshot built in memory: what a
 // spend costs in this process, without network or database. Limit0 to
 // Limit2 allow every spend; Denied allows one a day, so that a bucket once
-// spent stays empty and cached.
-func benchServer(b *testing.B) (http.Handler, string) {
+// spent stays empty and cached. traces are the zero Traces, tracing off,
+// unless a benchmark measures tracing.
+func benchServer(b *testing.B, traces telemetry.Traces) (http.Handler, string) {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := memstore.New(memstore.Options{})
 	b.Cleanup(store.Close)
-	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log})
+	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log, TraceStore: traces.Store})
 	builder := limiter.NewBuilder()
 	limits := []limiter.Limit{
 		{Name: "Denied", Enum: 4, IDFormat: limiter.RegID, Params: limiter.Params{Burst: 1, Count: 1, Period: 24 * time.Hour}},
@@ -47,8 +51,8 @@ func benchServer(b *testing.B) (http.Handler, string) {
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	tel := telemetry.New(telemetry.Config{Stats: lim.Stats}).Front("http")
-	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log})
-	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log}).Beside(srv), secret
+	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP})
+	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP}).Beside(srv), secret
 }
 
 // BenchmarkSpendHTTP measures POST /v1/spend through the whole handler
@@ -62,7 +66,7 @@ func BenchmarkSpendHTTP(b *testing.B) {
 	}
 	for name, body := range bodies {
 		b.Run(name, func(b *testing.B) {
-			srv, secret := benchServer(b)
+			srv, secret := benchServer(b, telemetry.Traces{})
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				rd := strings.NewReader(body)
@@ -101,7 +105,21 @@ func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 // which the denied cache answers. The settle charges one token beyond
 // what it reserved, so that it writes as a spend does. The escaped body
 // measures the strict reading.
-func BenchmarkDecisionHandler(b *testing.B) {
+func BenchmarkDecisionHandler(b *testing.B) { benchDecisions(b, telemetry.Traces{}, "") }
+
+// BenchmarkDecisionHandlerTraced is BenchmarkDecisionHandler with tracing
+// on: every request continues its caller's sampled trace, and its spans
+// and its store call's go to a batching processor whose exporter drops
+// them, so that what is measured is the service's side of tracing.
+func BenchmarkDecisionHandlerTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	benchDecisions(b, telemetry.NewTraces(tp, "bench"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+}
+
+// benchDecisions runs the decisions of BenchmarkDecisionHandler with
+// traces, each request with traceparent when it is not "".
+func benchDecisions(b *testing.B, traces telemetry.Traces, traceparent string) {
 	bodies := []struct{ name, path, body string }{
 		{"1 bucket allowed", "/v1/spend", `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"}]}`},
 		{"3 buckets allowed", "/v1/spend", `{"buckets":[{"limit":"Limit0","bucket_id":"12345678"},{"limit":"Limit1","bucket_id":"192.0.2.1"},{"limit":"Limit2","bucket_id":"example.com"}]}`},
@@ -112,7 +130,7 @@ func BenchmarkDecisionHandler(b *testing.B) {
 	}
 	for _, bb := range bodies {
 		b.Run(bb.name, func(b *testing.B) {
-			srv, secret := benchServer(b)
+			srv, secret := benchServer(b, traces)
 			if strings.Contains(bb.name, "denied") {
 				// Empty the bucket, so that every spend after is denied
 				// from the cache.
@@ -125,6 +143,9 @@ func BenchmarkDecisionHandler(b *testing.B) {
 			}
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+secret)
+			if traceparent != "" {
+				req.Header.Set("traceparent", traceparent)
+			}
 			w := &discardWriter{header: http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {

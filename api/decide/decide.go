@@ -65,6 +65,11 @@ type Config struct {
 	// Now reads the clock, for the expiry of overrides when a refused
 	// body's buckets are checked; time.Now when nil.
 	Now func() time.Time
+	// Trace, when set, starts the span of a request to a route, given its
+	// path, and returns the request carrying the span and what ends it
+	// with the answer's status; nil, tracing off, costs a request
+	// nothing.
+	Trace func(r *http.Request, route string) (*http.Request, func(status int))
 }
 
 // route is one path this package serves. A new route is one more entry.
@@ -156,6 +161,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is a 500, so that no input can stop the process.
 func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
 	start := time.Now()
+	var endSpan func(int)
+	if h.cfg.Trace != nil {
+		r, endSpan = h.cfg.Trace(r, rt.path)
+	}
 	id := h.cfg.Observer.RequestID()
 	w.Header()["X-Request-Id"] = []string{id}
 	status := http.StatusOK
@@ -163,6 +172,9 @@ func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) 
 		status = h.writeProblem(w, r, rt.path, id, err)
 	}
 	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(start))
+	if endSpan != nil {
+		endSpan(status)
+	}
 }
 
 // find returns the route of path, nil for none.

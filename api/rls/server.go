@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -48,6 +49,10 @@ type Config struct {
 	// TLS, when set, serves over TLS.
 	TLS    *tls.Config
 	Logger *slog.Logger
+
+	// StatsHandler, when set, sees every call, as tracing needs; nil
+	// adds nothing to a call.
+	StatsHandler stats.Handler
 }
 
 // Server is the gRPC listener: ShouldRateLimit, grpc.health.v1 and server
@@ -104,6 +109,9 @@ func newServer(cfg Config, limits connLimits) *Server {
 	}
 	if cfg.Auth != nil {
 		opts = append(opts, grpc.InTapHandle(authorize(cfg.Auth)))
+	}
+	if cfg.StatsHandler != nil {
+		opts = append(opts, grpc.StatsHandler(cfg.StatsHandler))
 	}
 	s := &Server{grpc: grpc.NewServer(opts...), health: newHealthService(cfg.Ready)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, newService(cfg))

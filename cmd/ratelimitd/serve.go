@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/stats"
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
@@ -54,6 +55,20 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting", "version", version, "config", cfg.masked())
 
+	// Off unless OTEL_TRACES_EXPORTER asks: then every hook is nil.
+	traces, stopTraces, err := telemetry.TracesFromEnv(ctx, getenv, version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Last, so that the spans of the final requests go out too.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := stopTraces(flushCtx); err != nil {
+			log.Warn("flushing traces", "err", err)
+		}
+	}()
+
 	d, err := openDB(ctx, cfg, log, cfg.Migrate)
 	if err != nil {
 		return err
@@ -63,7 +78,8 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	store, storeName, closeStore := openStore(cfg, now)
 	defer closeStore()
 
-	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log})
+	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log,
+		TraceStore: traces.Store})
 	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, log)
 	ld := loader.New(loader.Config{Source: d, Target: lim, Tokens: keeper.Refresh, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
 	if cfg.BootstrapToken == "" {
@@ -79,8 +95,9 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		Observer: httpFront, Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
+		Trace: traces.HTTP,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Trace: traces.HTTP})
 	hs := &http.Server{
 		Handler:           buckets.Beside(srv),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -123,7 +140,7 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	for i, s := range servers {
 		go func() { served <- s.Serve(listeners[i]) }()
 	}
-	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, tel.Front("grpc"), log, stdout, served)
+	stopGRPC, err := startGRPC(cfg, lim, keeper, srv, tel.Front("grpc"), traces.GRPC, log, stdout, served)
 	if err != nil {
 		for _, s := range servers {
 			_ = s.Close()
@@ -228,13 +245,13 @@ func firstAdminToken(ctx context.Context, d *db.DB, stdout io.Writer) error {
 // startGRPC starts Envoy's rate limit service on cfg.GRPCAddr, unless it
 // is empty, and returns what stops it gracefully within a context. A
 // failure of the listener ends serve as the HTTP server's does, through
-// failed.
-func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, obs rls.Observer, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
+// failed. traced, when not nil, traces the calls.
+func startGRPC(cfg *config, lim *limiter.Limiter, keeper *auth.Keeper, srv *api.Server, obs rls.Observer, traced stats.Handler, log *slog.Logger, stdout io.Writer, failed chan<- error) (func(context.Context), error) {
 	if cfg.GRPCAddr == "" {
 		return func(context.Context) {}, nil
 	}
 	rc := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: obs,
-		OmitHeaders: !cfg.GRPCResponseHeaders, Logger: log}
+		OmitHeaders: !cfg.GRPCResponseHeaders, Logger: log, StatsHandler: traced}
 	if !cfg.GRPCAuth {
 		rc.Auth = nil
 		log.Warn("the gRPC listener accepts calls without a token (RATELIMIT_GRPC_AUTH=none): only the proxy may reach it", "addr", cfg.GRPCAddr)

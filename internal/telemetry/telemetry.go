@@ -1,7 +1,8 @@
-// Package telemetry holds the service's Prometheus metrics and its request
-// ids, registered in one place and wired by cmd. The front ends see only
-// the narrow observer interfaces they declare, which *Front implements,
-// so that none of them imports another to count.
+// Package telemetry holds the service's Prometheus metrics, its request
+// ids and its OpenTelemetry traces, made in one place and wired by cmd.
+// The front ends see only the narrow observer interfaces they declare,
+// which *Front implements, so that none of them imports another to count,
+// and the hooks of Traces, nil when tracing is off.
 package telemetry
 
 import (
