@@ -89,6 +89,10 @@ type Config struct {
 	// limits allowed its cost, and the call's error. Nil, the default,
 	// costs the decision nothing.
 	TraceStore func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
+	// ObserveStore, when set, is told how long each store call of a
+	// decision took and its error, for the store's latency metric. Nil
+	// costs the decision nothing.
+	ObserveStore func(op Op, took time.Duration, err error)
 }
 
 // Stats are the Limiter's counters since it started.
@@ -102,6 +106,7 @@ type Stats struct {
 type Limiter struct {
 	store    Store
 	trace    func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
+	observe  func(op Op, took time.Duration, err error)
 	now      func() time.Time
 	failOpen bool
 	log      *slog.Logger
@@ -116,7 +121,7 @@ type Limiter struct {
 // New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot
 // until SetSnapshot is called.
 func New(cfg Config) *Limiter {
-	l := &Limiter{store: cfg.Store, trace: cfg.TraceStore, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
+	l := &Limiter{store: cfg.Store, trace: cfg.TraceStore, observe: cfg.ObserveStore, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -258,7 +263,15 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 	if l.trace != nil {
 		ctx, end = l.trace(ctx, op, storeLimits(decisions, pos))
 	}
+	var start time.Time
+	if l.observe != nil {
+		// The wall clock's monotonic reading, not l.now, which tests step.
+		start = time.Now()
+	}
 	_, err := l.store.Apply(ctx, op, now, batch)
+	if l.observe != nil {
+		l.observe(op, time.Since(start), err)
+	}
 	if end != nil {
 		end(batchAllowed(batch), err)
 	}

@@ -510,3 +510,31 @@ func TestTraceStoreSeesEachStoreCall(t *testing.T) {
 		t.Errorf("the store ran in contexts %v, want those TraceStore returned, 0 to 3", cs.marks)
 	}
 }
+
+func TestObserveStoreTimesEachStoreCall(t *testing.T) {
+	type observed struct {
+		op     limiter.Op
+		failed bool
+	}
+	var seen []observed
+	observe := func(op limiter.Op, took time.Duration, err error) {
+		if took < 0 {
+			t.Errorf("a store call took %v", took)
+		}
+		seen = append(seen, observed{op, err != nil})
+	}
+	f := newFixture(t, limiter.Config{}, testSnapshot(t))
+	f.l = limiter.New(limiter.Config{Store: f.store, Now: func() time.Time { return f.now }, ObserveStore: observe,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.l.SetSnapshot(testSnapshot(t))
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "1", 1))
+	// A blocked bucket needs no store: nothing is timed.
+	f.decide(t, limiter.Spend, req("NewOrdersPerAccount", "666", 1))
+	f.store.fail.Store(true)
+	if _, err := f.l.Decide(context.Background(), limiter.Check, []limiter.Request{req("MailsPerAddress", "a@example.com", 1)}, nil); err == nil {
+		t.Fatal("a failing store answered")
+	}
+	if want := []observed{{limiter.Spend, false}, {limiter.Check, true}}; !slices.Equal(seen, want) {
+		t.Errorf("observed %+v, want %+v", seen, want)
+	}
+}

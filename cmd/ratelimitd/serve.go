@@ -78,8 +78,12 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	store, storeName, closeStore := openStore(cfg, now)
 	defer closeStore()
 
+	// Telemetry reads the limiter's counters, and the limiter reports its
+	// store calls to telemetry: the hook reaches tel, made below, before
+	// any decision can be made.
+	var tel *telemetry.Telemetry
 	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log,
-		TraceStore: traces.Store})
+		TraceStore: traces.Store, ObserveStore: func(op limiter.Op, took time.Duration, err error) { tel.ObserveStore(op, took, err) }})
 	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, log)
 	ld := loader.New(loader.Config{Source: d, Target: lim, Tokens: keeper.Refresh, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
 	if cfg.BootstrapToken == "" {
@@ -88,7 +92,7 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		}
 	}
 
-	tel := telemetry.New(telemetry.Config{Registry: prometheus.NewRegistry(), Stats: lim.Stats, Status: ld.Status, Now: now})
+	tel = telemetry.New(telemetry.Config{Registry: prometheus.NewRegistry(), Stats: lim.Stats, Status: ld.Status, Now: now})
 	httpFront := tel.Front("http")
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -109,4 +110,15 @@ func TestTwoTelemetriesShareARegistry(t *testing.T) {
 	a.Front("grpc").ObserveUnmatched(1)
 	b.Front("grpc").ObserveUnmatched(1)
 	wantLines(t, scrape(t, a), `ratelimitd_grpc_unmatched_descriptors_total 2`)
+}
+
+func TestStoreDuration(t *testing.T) {
+	tel := New(Config{})
+	tel.ObserveStore(limiter.Spend, 300*time.Microsecond, nil)
+	tel.ObserveStore(limiter.Spend, 250*time.Millisecond, errors.New("i/o timeout"))
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_store_duration_seconds_bucket{op="spend",result="ok",le="0.0005"} 1`,
+		`ratelimitd_store_duration_seconds_count{op="spend",result="error"} 1`,
+		`ratelimitd_store_duration_seconds_bucket{op="spend",result="error",le="0.1"} 0`,
+	)
 }
