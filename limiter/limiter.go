@@ -273,7 +273,7 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 		l.observe(op, time.Since(start), err)
 	}
 	if end != nil {
-		end(batchAllowed(batch), err)
+		end(within(batch), err)
 	}
 	if err != nil {
 		l.storeErrors.Add(1)
@@ -298,17 +298,6 @@ func storeLimits(decisions []Decision, pos []int) []string {
 		}
 	}
 	return names
-}
-
-// batchAllowed reports whether every bucket of batch outside shadow limits
-// allowed its cost.
-func batchAllowed(batch []Bucket) bool {
-	for i := range batch {
-		if !batch[i].Outcome.Allowed && !batch[i].Shadow {
-			return false
-		}
-	}
-	return true
 }
 
 // storeFailed applies the fail mode. Failing open, every bucket that needed
