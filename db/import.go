@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // Import writes limits, then overrides, in one transaction: all or nothing.
@@ -348,7 +349,7 @@ func (d *DB) planOverrides(ctx context.Context, q queryer, p *importPlan, in imp
 		if !ok {
 			return fmt.Errorf("override of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrUnknownLimit)
 		}
-		id, err := l.IDFormat.CanonicalOverride(o.BucketID)
+		id, err := bucketid.CanonicalOverride(l.IDFormat, o.BucketID)
 		if err != nil {
 			return fmt.Errorf("override of limit %q for bucket %q, id format %s: %w", o.Limit, o.BucketID, l.IDFormat, limiter.ErrIDRefused)
 		}

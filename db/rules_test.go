@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 func ruleOf(domain, limit string, kv ...string) limiter.Rule {
@@ -159,7 +160,7 @@ func TestRuleSequence(t *testing.T) {
 		for _, l := range limits {
 			e.putLimit(t, limitOf(l, limiter.String))
 		}
-		b := limiter.NewBuilder()
+		b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
 		version, err := e.db.Full(ctx, b.PutLimit, b.PutOverride)
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 func ruleSnapshot(t *testing.T, rules ...Rule) *Snapshot {
 	t.Helper()
-	b := NewBuilder()
+	b := NewBuilder(Parsers{})
 	for _, l := range []Limit{
 		{Name: "PerIP", Enum: 1, IDFormat: IPAddress, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
 		{Name: "PerText", Enum: 2, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
@@ -120,7 +120,7 @@ func TestRuleChangesReachSnapshot(t *testing.T) {
 }
 
 func TestPutRuleRefuses(t *testing.T) {
-	b := NewBuilder()
+	b := NewBuilder(Parsers{})
 	if err := b.PutRule(Rule{ID: "x", Domain: "d", Descriptor: entries("k", ""), Limit: "Missing"}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown limit: got %v", err)
 	}
@@ -200,7 +200,7 @@ func TestMatchWildcards(t *testing.T) {
 func BenchmarkMatchPrefixes(b *testing.B) {
 	for _, n := range []int{1, 3000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			bl := NewBuilder()
+			bl := NewBuilder(Parsers{})
 			if err := bl.PutLimit(Limit{Name: "P", Enum: 1, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}}); err != nil {
 				b.Fatal(err)
 			}

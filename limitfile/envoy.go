@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // Envoy documents are envoyproxy/ratelimit configuration files: a domain
@@ -487,7 +488,7 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 		if catcher != nil && !catcher.shares() && (p.name == "" && !replaced[catcher.limit.Name] || sameName) &&
 			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) {
 			bucket = catcher.rule.BucketID(p.entries)
-			_, err := limiter.String.Canonical(bucket)
+			_, err := bucketid.Canonical(limiter.String, bucket)
 			ok = err == nil
 		}
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
@@ -47,7 +48,7 @@ func envoyFile(t *testing.T, name string) []byte {
 // snapshotOf loads what the database holds, as a replica would.
 func snapshotOf(t *testing.T, d *db.DB) *limiter.Snapshot {
 	t.Helper()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
 	v, err := d.Full(t.Context(), b.PutLimit, b.PutOverride)
 	if err != nil {
 		t.Fatal(err)

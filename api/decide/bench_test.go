@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 )
 
@@ -30,7 +31,7 @@ func benchServer(b *testing.B) (http.Handler, string) {
 	store := memstore.New(memstore.Options{})
 	b.Cleanup(store.Close)
 	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log})
-	builder := limiter.NewBuilder()
+	builder := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
 	limits := []limiter.Limit{
 		{Name: "Denied", Enum: 4, IDFormat: limiter.RegID, Params: limiter.Params{Burst: 1, Count: 1, Period: 24 * time.Hour}},
 	}

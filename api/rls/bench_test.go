@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
@@ -45,7 +46,7 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log})
-	builder := limiter.NewBuilder()
+	builder := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
 	for i := range 5 {
 		name := "Limit" + strconv.Itoa(i)
 		l := limiter.Limit{Name: name, Enum: i + 1, IDFormat: limiter.String,

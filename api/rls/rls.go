@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // Decider answers decisions; *limiter.Limiter is one.
@@ -324,7 +325,7 @@ func canonical(snap *limiter.Snapshot, r limiter.Rule, id string) string {
 	if !ok {
 		return id
 	}
-	if c, err := l.IDFormat.Canonical(id); err == nil {
+	if c, err := bucketid.Canonical(l.IDFormat, id); err == nil {
 		return c
 	}
 	return id
