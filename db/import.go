@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Import writes limits, then overrides, in one transaction: all or nothing.
@@ -260,7 +261,7 @@ func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importI
 		if !ok {
 			return fmt.Errorf("rule of limit %q: %w", r.Limit, limiter.ErrUnknownLimit)
 		}
-		if msg := r.CheckLimit(l); msg != "" {
+		if msg := rules.CheckLimit(r, l); msg != "" {
 			return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: msg}}}
 		}
 		o, ok := old[hash]

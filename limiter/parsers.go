@@ -10,4 +10,10 @@ type Parsers struct {
 	// form (bucketid.Canonical). Its error's message is shown next to the
 	// bucket id field.
 	Canonical func(f IDFormat, id string) (string, error)
+	// ValidateRule returns the field errors of a rule (rules.Validate);
+	// Builder.PutRule refuses a rule that has any.
+	ValidateRule func(Rule) []FieldError
+	// IndexRules builds the matcher of a snapshot's rules (rules.Index),
+	// once per snapshot whose rules changed.
+	IndexRules func([]Rule) RuleMatcher
 }

@@ -49,7 +49,7 @@ type Snapshot struct {
 	overrides int
 	// rules are by id; ruleIdx is built from them (rules.go).
 	rules   map[string]*Rule
-	ruleIdx ruleIndex
+	ruleIdx RuleMatcher
 	parsers Parsers
 }
 
@@ -161,9 +161,14 @@ type Builder struct {
 	rulesChanged bool
 }
 
-// NewBuilder starts an empty snapshot that reads bucket ids and
-// descriptors with p, which every snapshot built from it keeps.
+// NewBuilder starts an empty snapshot that reads bucket ids and rules
+// with p, which every snapshot built from it keeps. Each of p's functions
+// is needed: a missing one is a wiring mistake, which panics here rather
+// than on some later decision.
 func NewBuilder(p Parsers) *Builder {
+	if p.Canonical == nil || p.ValidateRule == nil || p.IndexRules == nil {
+		panic("limiter: NewBuilder needs every function of Parsers")
+	}
 	b := &Builder{snap: Snapshot{byName: map[string]*limitEntry{}, byEnum: map[int]*limitEntry{}, parsers: p}}
 	b.limitsOwned = true
 	for i := range b.snap.shards {

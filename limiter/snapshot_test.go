@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -29,7 +30,7 @@ func override(limit, id string, burst int64) limiter.Override {
 
 func build(t *testing.T, limits []limiter.Limit, overrides ...limiter.Override) *limiter.Snapshot {
 	t.Helper()
-	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	for _, l := range limits {
 		if err := b.PutLimit(l); err != nil {
 			t.Fatal(err)
@@ -186,7 +187,7 @@ func TestApplyChanges(t *testing.T) {
 }
 
 func TestPutLimitRefusesATakenEnum(t *testing.T) {
-	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical})
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	if err := b.PutLimit(orders()); err != nil {
 		t.Fatal(err)
 	}
@@ -271,4 +272,25 @@ func TestGenerationsSeparateBuckets(t *testing.T) {
 	if r := resolve(t, s, "NewOrdersPerAccount", "42", t0); r.Key != "3:42" {
 		t.Errorf("the earlier snapshot changed: key %q", r.Key)
 	}
+}
+
+// TestNewBuilderNeedsEveryParser: a builder missing a parser is a wiring
+// mistake, refused where it is made rather than on a later decision.
+func TestNewBuilderNeedsEveryParser(t *testing.T) {
+	all := limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index}
+	for name, p := range map[string]limiter.Parsers{
+		"Canonical":    {ValidateRule: all.ValidateRule, IndexRules: all.IndexRules},
+		"ValidateRule": {Canonical: all.Canonical, IndexRules: all.IndexRules},
+		"IndexRules":   {Canonical: all.Canonical, ValidateRule: all.ValidateRule},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewBuilder without %s did not panic", name)
+				}
+			}()
+			limiter.NewBuilder(p)
+		}()
+	}
+	limiter.NewBuilder(all) // and with all of them it does not
 }

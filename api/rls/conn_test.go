@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // noRules is a Decider whose snapshot holds no rule, so that every call
@@ -37,7 +38,7 @@ func (noRules) Decide(context.Context, limiter.Op, []limiter.Request, []limiter.
 }
 
 func (noRules) Snapshot() *limiter.Snapshot {
-	return limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical}).Snapshot(1)
+	return limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index}).Snapshot(1)
 }
 
 // tokens authenticates one secret, of scope decide.
