@@ -54,7 +54,7 @@ soak:
 # FUZZTIME per engine pair. Findings land in the package's testdata/fuzz,
 # to be committed with their fix; the model-based test prints its seed.
 FUZZTIME ?= 1m
-FUZZERS = ./limiter:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
+FUZZERS = ./limiter/bucketid:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
 	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
 fuzz:
 	@for f in $(FUZZERS); do \

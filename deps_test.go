@@ -16,25 +16,41 @@ import (
 const module = "github.com/ratelimitd/ratelimitd"
 
 // importRule says that the packages matching pkg must not depend, directly
-// or through another package, on anything matching forbid, unless the
-// package also matches except. A pattern ending in "/..." covers a package
-// and every package below it, so that rules keep applying to packages added
-// later (api/decide, say). Only the code that is built counts: a _test.go
-// file may import what it needs to test.
+// or through another package, on anything matching forbid but not allow,
+// unless the package also matches except. A pattern ending in "/..."
+// covers a package and every package below it, so that rules keep applying
+// to packages added later (api/decide, say); nonStd covers every package
+// outside the standard library. Only the code that is built counts: a
+// _test.go file may import what it needs to test.
 type importRule struct {
 	pkg    string
 	forbid []string
+	allow  []string
 	except []string
 	why    string
 }
 
+// nonStd is the pattern of every package outside the standard library:
+// those whose first path element holds a dot (a domain), this module's
+// included. The standard library's own vendored packages (vendor/...) are
+// not.
+const nonStd = "<not the standard library>"
+
 // importRules are the dependency rules of the house style: dependencies
 // point inward, and only cmd knows the concrete types.
 var importRules = []importRule{
-	{pkg: "./limiter", forbid: []string{"./..."},
-		why: "the domain imports nothing of ours"},
+	{pkg: "./limiter", forbid: []string{nonStd},
+		why: "the engine imports the standard library only; it is handed what it needs of bucketid and rules (limiter.Parsers)"},
 	{pkg: "./limiter/...", forbid: []string{"./api/...", "./cmd/...", "./db/..."},
 		why: "the stores import limiter, never the API, the database or the wiring"},
+	{pkg: "./limiter/...", forbid: []string{"./limiter/bucketid", "./limiter/rules"},
+		except: []string{"./limiter/bucketid", "./limiter/rules"},
+		why:    "id formats and rules are leaves: neither the engine nor its stores import them"},
+	{pkg: "./limiter/bucketid", forbid: []string{nonStd},
+		allow: []string{"./limiter", "golang.org/x/net/idna", "golang.org/x/net/publicsuffix", "golang.org/x/text/..."},
+		why:   "the id formats import the engine's vocabulary, IDNA and the public suffix list, nothing else"},
+	{pkg: "./limiter/rules", forbid: []string{nonStd}, allow: []string{"./limiter"},
+		why: "the rules import the engine's vocabulary, nothing else"},
 	{pkg: "./db/...", forbid: []string{"./api/...", "./cmd/..."},
 		why: "the database layer imports limiter, never the API or the wiring"},
 	{pkg: "./api/...", forbid: []string{
@@ -107,14 +123,24 @@ func TestImportRules(t *testing.T) {
 func TestImportViolations(t *testing.T) {
 	pkgs := []listedPackage{
 		{ImportPath: module + "/api/decide", Deps: []string{"context", "github.com/jackc/pgx/v5/pgconn"}},
-		{ImportPath: module + "/limiter", Deps: []string{"errors", module + "/loader"}},
+		{ImportPath: module + "/limiter", Deps: []string{"errors", "vendor/golang.org/x/net/idna", module + "/loader", "golang.org/x/net/idna"}},
+		{ImportPath: module + "/limiter/bucketid", Deps: []string{"golang.org/x/net/idna", "golang.org/x/text/unicode/norm", module + "/limiter", module + "/limiter/rules", "golang.org/x/sys/cpu"}},
+		{ImportPath: module + "/limiter/memstore", Deps: []string{module + "/limiter", module + "/limiter/bucketid"}},
+		{ImportPath: module + "/limiter/rules", Deps: []string{"strings", module + "/limiter"}},
 		{ImportPath: module + "/cmd/ratelimitd", Deps: []string{module + "/api", module + "/db"}},
-		{ImportPath: module + "/loader", Deps: []string{module + "/limiter"}},
+		{ImportPath: module + "/loader", Deps: []string{module + "/limiter", module + "/limiter/bucketid", module + "/limiter/rules"}},
 	}
 	got := importViolations(pkgs, importRules)
+	const engine = ": the engine imports the standard library only; it is handed what it needs of bucketid and rules (limiter.Parsers)"
+	const leaves = ": id formats and rules are leaves: neither the engine nor its stores import them"
+	const ids = ": the id formats import the engine's vocabulary, IDNA and the public suffix list, nothing else"
 	want := []string{
 		module + "/api/decide depends on github.com/jackc/pgx/v5/pgconn: the API declares the interfaces it consumes; cmd passes it the concrete types",
-		module + "/limiter depends on " + module + "/loader: the domain imports nothing of ours",
+		module + "/limiter depends on " + module + "/loader" + engine,
+		module + "/limiter depends on golang.org/x/net/idna" + engine,
+		module + "/limiter/bucketid depends on " + module + "/limiter/rules" + ids,
+		module + "/limiter/bucketid depends on golang.org/x/sys/cpu" + ids,
+		module + "/limiter/memstore depends on " + module + "/limiter/bucketid" + leaves,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -131,7 +157,8 @@ func importViolations(pkgs []listedPackage, rules []importRule) []string {
 				continue
 			}
 			for _, d := range p.Deps {
-				if slices.ContainsFunc(r.forbid, func(f string) bool { return matches(f, d) }) {
+				if slices.ContainsFunc(r.forbid, func(f string) bool { return matches(f, d) }) &&
+					!slices.ContainsFunc(r.allow, func(a string) bool { return matches(a, d) }) {
 					out = append(out, p.ImportPath+" depends on "+d+": "+r.why)
 				}
 			}
@@ -141,8 +168,13 @@ func importViolations(pkgs []listedPackage, rules []importRule) []string {
 }
 
 // matches reports whether the import path fits the pattern: "./" stands
-// for the module, and a trailing "/..." takes in the packages below.
+// for the module, a trailing "/..." takes in the packages below, and
+// nonStd every package outside the standard library.
 func matches(pattern, path string) bool {
+	if pattern == nonStd {
+		first, _, _ := strings.Cut(path, "/")
+		return strings.Contains(first, ".")
+	}
 	if rest, ok := strings.CutPrefix(pattern, "./"); ok {
 		pattern = module + "/" + rest
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
 
@@ -189,7 +190,7 @@ func TestOverrideRacesIDFormatChange(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := l.IDFormat.CanonicalOverride(raw)
+				want, err := bucketid.CanonicalOverride(l.IDFormat, raw)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // Overrides is what the override routes read and write.
@@ -346,7 +347,7 @@ func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, errs *in
 	if err != nil {
 		return err
 	}
-	errs.Merge(o.Normalize(l))
+	errs.Merge(bucketid.NormalizeOverride(o, l))
 	return nil
 }
 
@@ -526,7 +527,7 @@ func (s *Server) bucketFilter(ctx context.Context, name, bucket string, errs *in
 			continue
 		}
 		seen[l.IDFormat] = true
-		id, err := l.IDFormat.CanonicalOverride(bucket)
+		id, err := bucketid.CanonicalOverride(l.IDFormat, bucket)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Rules is what the rule routes read and write.
@@ -41,17 +42,17 @@ func ruleFromBody(b *input.Body) limiter.Rule {
 	r.Domain, r.Descriptor = readDescriptor(o, &b.Errs)
 	r.Limit, _ = o.String("limit")
 	// As envoyproxy/ratelimit writes it: a list of {name}.
-	n, _ := o.Objects("replaces", limiter.MaxReplaces, func(i int, e input.Object) {
+	n, _ := o.Objects("replaces", rules.MaxReplaces, func(i int, e input.Object) {
 		e.Require("name")
 		name, _ := e.String("name")
 		r.Replaces = append(r.Replaces, name)
 	})
 	// The names beyond the most were not read.
-	if n > limiter.MaxReplaces {
-		b.Errs.Add("replaces", "must hold at most "+strconv.Itoa(limiter.MaxReplaces)+" limit names")
+	if n > rules.MaxReplaces {
+		b.Errs.Add("replaces", "must hold at most "+strconv.Itoa(rules.MaxReplaces)+" limit names")
 	}
 	r.QuotaMode, _ = o.Bool("quota_mode")
-	b.Errs.Merge(r.Validate())
+	b.Errs.Merge(rules.Validate(r))
 	return r
 }
 
@@ -61,7 +62,7 @@ func ruleFromBody(b *input.Body) limiter.Rule {
 func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.DescriptorEntry) {
 	domain, _ := o.String("domain")
 	var entries []limiter.DescriptorEntry
-	n, _ := o.Objects("descriptor", limiter.MaxDescriptorEntries, func(i int, e input.Object) {
+	n, _ := o.Objects("descriptor", rules.MaxDescriptorEntries, func(i int, e input.Object) {
 		e.Require("key")
 		var entry limiter.DescriptorEntry
 		entry.Key, _ = e.String("key")
@@ -75,8 +76,8 @@ func readDescriptor(o input.Object, errs *input.Errors) (string, []limiter.Descr
 		entries = append(entries, entry)
 	})
 	// The entries beyond the most were not read; the domain sees the rest.
-	if n > limiter.MaxDescriptorEntries {
-		errs.Add("descriptor", limiter.DescriptorSizeProblem(n))
+	if n > rules.MaxDescriptorEntries {
+		errs.Add("descriptor", rules.DescriptorSizeProblem(n))
 	}
 	return domain, entries
 }
@@ -215,7 +216,7 @@ func (s *Server) matchRule(c echo.Context) error {
 	o := b.Root()
 	o.Require("domain", "descriptor")
 	domain, entries := readDescriptor(o, &b.Errs)
-	b.Errs.Merge(limiter.ValidateDescriptor(domain, entries))
+	b.Errs.Merge(rules.ValidateDescriptor(domain, entries))
 	if err := b.Err(); err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func (s *Server) matchRule(c echo.Context) error {
 	if !ok {
 		return problem.Errorf(http.StatusNotFound, "no rule of domain %q matches the descriptor", domain)
 	}
-	res, err := snap.Resolve(rule.Limit, rule.BucketID(entries), s.now())
+	res, err := snap.Resolve(rule.Limit, rules.BucketID(rule, entries), s.now())
 	if err != nil {
 		b.Errs.Add("descriptor", "its values are no bucket id of limit "+strconv.Quote(rule.Limit)+": "+err.Error())
 		return b.Errs.Err()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 func TestRules(t *testing.T) {
@@ -29,7 +30,7 @@ func TestRules(t *testing.T) {
 			}
 			// The rule is in the snapshot when the answer comes.
 			mapped := entriesOf("remote_address", "::ffff:10.0.0.1")
-			if r, ok := e.limiter.Snapshot().Match("edge", mapped); !ok || r.Limit != "PerIP" || r.BucketID(mapped) != "::ffff:10.0.0.1" {
+			if r, ok := e.limiter.Snapshot().Match("edge", mapped); !ok || r.Limit != "PerIP" || rules.BucketID(r, mapped) != "::ffff:10.0.0.1" {
 				t.Errorf("Match = %+v, %v", r, ok)
 			}
 			e.do("POST", "/v1/rules", e.admin, obj{

@@ -10,12 +10,14 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // snapshotOf builds a snapshot the way the loader does.
 func snapshotOf(t *testing.T, e *env) (*limiter.Builder, int64) {
 	t.Helper()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	v, err := e.db.Full(ctxT(t), b.PutLimit, b.PutOverride)
 	if err != nil {
 		t.Fatalf("Full: %v", err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Import writes limits, then overrides, in one transaction: all or nothing.
@@ -259,7 +261,7 @@ func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importI
 		if !ok {
 			return fmt.Errorf("rule of limit %q: %w", r.Limit, limiter.ErrUnknownLimit)
 		}
-		if msg := r.CheckLimit(l); msg != "" {
+		if msg := rules.CheckLimit(r, l); msg != "" {
 			return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: msg}}}
 		}
 		o, ok := old[hash]
@@ -348,7 +350,7 @@ func (d *DB) planOverrides(ctx context.Context, q queryer, p *importPlan, in imp
 		if !ok {
 			return fmt.Errorf("override of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrUnknownLimit)
 		}
-		id, err := l.IDFormat.CanonicalOverride(o.BucketID)
+		id, err := bucketid.CanonicalOverride(l.IDFormat, o.BucketID)
 		if err != nil {
 			return fmt.Errorf("override of limit %q for bucket %q, id format %s: %w", o.Limit, o.BucketID, l.IDFormat, limiter.ErrIDRefused)
 		}

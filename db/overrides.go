@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // overrideRow is a row of the overrides table. Burst, count and period are
@@ -109,7 +110,7 @@ func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Overrid
 		if err != nil {
 			return err
 		}
-		if fe := o.Normalize(l); len(fe) > 0 {
+		if fe := bucketid.NormalizeOverride(&o, l); len(fe) > 0 {
 			return &limiter.ValidationError{Fields: fe}
 		}
 		o.ID = d.ids.next(w.now)

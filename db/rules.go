@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 const entityRule = "rule"
@@ -129,7 +130,7 @@ func (w *writeTx) ruleLimit(ctx context.Context, r limiter.Rule) error {
 		return err
 	}
 	// The domain words why the limit does not suit the rule.
-	if msg := r.CheckLimit(l); msg != "" {
+	if msg := rules.CheckLimit(r, l); msg != "" {
 		return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: msg}}}
 	}
 	return nil

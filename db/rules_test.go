@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 func ruleOf(domain, limit string, kv ...string) limiter.Rule {
@@ -128,11 +130,11 @@ func TestRuleLongDescriptor(t *testing.T) {
 		ctx := ctxT(t)
 		e.putLimit(t, limitOf("PerText", limiter.String))
 		var kv []string
-		for i := range limiter.MaxDescriptorEntries {
+		for i := range rules.MaxDescriptorEntries {
 			kv = append(kv, strings.Repeat(string(rune('a'+i)), 256), strings.Repeat("é", 127)+"*")
 		}
 		r := ruleOf("d\u2028'\"", "PerText", kv...)
-		if fe := r.Validate(); len(fe) > 0 {
+		if fe := rules.Validate(r); len(fe) > 0 {
 			t.Fatal(fe)
 		}
 		got, err := e.db.CreateRule(ctx, "alice", r)
@@ -159,7 +161,7 @@ func TestRuleSequence(t *testing.T) {
 		for _, l := range limits {
 			e.putLimit(t, limitOf(l, limiter.String))
 		}
-		b := limiter.NewBuilder()
+		b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 		version, err := e.db.Full(ctx, b.PutLimit, b.PutOverride)
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +182,7 @@ func TestRuleSequence(t *testing.T) {
 				got, err := e.db.CreateRule(ctx, "alice", r)
 				dup := false
 				for _, m := range model {
-					dup = dup || m.SameDescriptor(r)
+					dup = dup || rules.SameDescriptor(m, r)
 				}
 				switch {
 				case dup && errors.Is(err, limiter.ErrConflict):
@@ -221,7 +223,7 @@ func TestRuleSequence(t *testing.T) {
 			}
 			for i := range stored {
 				m := model[stored[i].ID]
-				if m.Limit != stored[i].Limit || !m.SameDescriptor(stored[i]) || m.Limit != snap[i].Limit || !m.SameDescriptor(snap[i]) {
+				if m.Limit != stored[i].Limit || !rules.SameDescriptor(m, stored[i]) || m.Limit != snap[i].Limit || !rules.SameDescriptor(m, snap[i]) {
 					t.Fatalf("step %d: stored %+v, snapshot %+v, model %+v", step, stored[i], snap[i], m)
 				}
 			}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // BenchmarkDecide is one in-process decision: snapshot lookup, GCRA and
@@ -21,7 +23,7 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	big := limiter.Limit{Name: "Big", Enum: 1, IDFormat: limiter.RegID,
 		Params: limiter.Params{Burst: 1 << 30, Count: 1 << 30, Period: time.Hour}}
-	bl := limiter.NewBuilder()
+	bl := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	if err := bl.PutLimit(big); err != nil {
 		b.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func BenchmarkSnapshotBuild(b *testing.B) {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		bl := limiter.NewBuilder()
+		bl := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 		if err := bl.PutLimit(orders()); err != nil {
 			b.Fatal(err)
 		}

@@ -124,25 +124,6 @@ type Override struct {
 	Version int64
 }
 
-// Normalize canonicalises o.BucketID under limit l and returns the field
-// errors of what depends on l, named as in the REST API: the limit and the
-// bucket id. The parameters and the comment depend on no stored state and
-// are checked once, by the converter that read them (Params.Validate,
-// TextProblem); the database normalises again under its write lock, since
-// the limit's id format may have changed since the converter read it.
-func (o *Override) Normalize(l Limit) []FieldError {
-	var ve ValidationError
-	if o.Limit != l.Name {
-		ve.Add("limit", "does not name the limit given")
-	}
-	if id, err := l.IDFormat.CanonicalOverride(o.BucketID); err != nil {
-		ve.Add("bucket_id", err.Error())
-	} else {
-		o.BucketID = id
-	}
-	return ve.Fields
-}
-
 // NameProblem checks a limit name against ^[A-Za-z][A-Za-z0-9_.-]{0,63}$.
 func NameProblem(name string) string {
 	if name == "" {

@@ -49,7 +49,8 @@ type Snapshot struct {
 	overrides int
 	// rules are by id; ruleIdx is built from them (rules.go).
 	rules   map[string]*Rule
-	ruleIdx ruleIndex
+	ruleIdx RuleMatcher
+	parsers Parsers
 }
 
 // Version is the database change sequence number the snapshot includes.
@@ -105,14 +106,14 @@ func (s *Snapshot) resolve(buf []byte, name, bucketID string, nowUS int64) (Reso
 	if !ok {
 		return Resolution{}, nil, FieldError{Field: "limit", Message: "unknown limit"}
 	}
-	id, err := e.IDFormat.Canonical(bucketID)
+	id, err := s.parsers.Canonical(e.IDFormat, bucketID)
 	if err != nil {
 		return Resolution{}, nil, FieldError{Field: "bucket_id", Message: err.Error()}
 	}
 	key := appendKey(buf, e.prefix, e.IDFormat, id)
 	r := Resolution{Limit: &e.Limit, BucketID: id, Params: e.Params, Source: SourceDefault}
 	o, ok := s.override(key[len(buf):], nowUS)
-	if !ok && e.IDFormat.accountWide() {
+	if !ok && e.IDFormat.AccountWide() {
 		// The account's override, keyed like a bucket whose id is the
 		// registration id alone, built on the stack: a registration id and
 		// its prefix fit, so no decision allocates for it.
@@ -160,9 +161,15 @@ type Builder struct {
 	rulesChanged bool
 }
 
-// NewBuilder starts an empty snapshot.
-func NewBuilder() *Builder {
-	b := &Builder{snap: Snapshot{byName: map[string]*limitEntry{}, byEnum: map[int]*limitEntry{}}}
+// NewBuilder starts an empty snapshot that reads bucket ids and rules
+// with p, which every snapshot built from it keeps. Each of p's functions
+// is needed: a missing one is a wiring mistake, which panics here rather
+// than on some later decision.
+func NewBuilder(p Parsers) *Builder {
+	if p.Canonical == nil || p.ValidateRule == nil || p.IndexRules == nil {
+		panic("limiter: NewBuilder needs every function of Parsers")
+	}
+	b := &Builder{snap: Snapshot{byName: map[string]*limitEntry{}, byEnum: map[int]*limitEntry{}, parsers: p}}
 	b.limitsOwned = true
 	for i := range b.snap.shards {
 		b.snap.shards[i] = map[string]overrideEntry{}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -28,7 +30,7 @@ func override(limit, id string, burst int64) limiter.Override {
 
 func build(t *testing.T, limits []limiter.Limit, overrides ...limiter.Override) *limiter.Snapshot {
 	t.Helper()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	for _, l := range limits {
 		if err := b.PutLimit(l); err != nil {
 			t.Fatal(err)
@@ -185,7 +187,7 @@ func TestApplyChanges(t *testing.T) {
 }
 
 func TestPutLimitRefusesATakenEnum(t *testing.T) {
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	if err := b.PutLimit(orders()); err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +208,11 @@ func TestAccountWideOverride(t *testing.T) {
 	l := limiter.Limit{Name: "FailedAuthorizationsPerDomainPerAccount", Enum: 4, IDFormat: limiter.RegIDDomain,
 		Params: limiter.Params{Burst: 5, Count: 5, Period: time.Hour}}
 	account := override(l.Name, "0042", 50)
-	if fe := account.Normalize(l); len(fe) > 0 || account.BucketID != "42" {
+	if fe := bucketid.NormalizeOverride(&account, l); len(fe) > 0 || account.BucketID != "42" {
 		t.Fatalf("an account-wide id: %v %q", fe, account.BucketID)
 	}
 	own := override(l.Name, "42:Example.COM", 7)
-	if fe := own.Normalize(l); len(fe) > 0 || own.BucketID != "42:example.com" {
+	if fe := bucketid.NormalizeOverride(&own, l); len(fe) > 0 || own.BucketID != "42:example.com" {
 		t.Fatalf("a bucket's own id: %v %q", fe, own.BucketID)
 	}
 	s := build(t, []limiter.Limit{l}, account, own)
@@ -232,7 +234,7 @@ func TestAccountWideOverride(t *testing.T) {
 	}
 	plain := orders()
 	bare := override(plain.Name, "x:1", 1)
-	if fe := bare.Normalize(plain); len(fe) == 0 {
+	if fe := bucketid.NormalizeOverride(&bare, plain); len(fe) == 0 {
 		t.Error("reg_id accepted an id with a colon")
 	}
 }
@@ -270,4 +272,25 @@ func TestGenerationsSeparateBuckets(t *testing.T) {
 	if r := resolve(t, s, "NewOrdersPerAccount", "42", t0); r.Key != "3:42" {
 		t.Errorf("the earlier snapshot changed: key %q", r.Key)
 	}
+}
+
+// TestNewBuilderNeedsEveryParser: a builder missing a parser is a wiring
+// mistake, refused where it is made rather than on a later decision.
+func TestNewBuilderNeedsEveryParser(t *testing.T) {
+	all := limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index}
+	for name, p := range map[string]limiter.Parsers{
+		"Canonical":    {ValidateRule: all.ValidateRule, IndexRules: all.IndexRules},
+		"ValidateRule": {Canonical: all.Canonical, IndexRules: all.IndexRules},
+		"IndexRules":   {Canonical: all.Canonical, ValidateRule: all.ValidateRule},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewBuilder without %s did not panic", name)
+				}
+			}()
+			limiter.NewBuilder(p)
+		}()
+	}
+	limiter.NewBuilder(all) // and with all of them it does not
 }

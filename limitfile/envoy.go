@@ -12,6 +12,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Envoy documents are envoyproxy/ratelimit configuration files: a domain
@@ -162,7 +164,7 @@ func (r *envoyReader) document(root *yaml.Node) {
 	case !present:
 		e.fail(0, "domain", "is required")
 	case ok:
-		if msg := limiter.DescriptorTextProblem(domain); msg != "" {
+		if msg := rules.DescriptorTextProblem(domain); msg != "" {
 			e.fail(lineOf(f, "domain"), "domain", msg)
 		}
 	}
@@ -178,8 +180,8 @@ func (r *envoyReader) list(e *entry, n *yaml.Node, above []limiter.DescriptorEnt
 		e.fail(n.Line, field, "must be a list of descriptors, not "+describe(n))
 		return
 	}
-	if len(above) >= limiter.MaxDescriptorEntries {
-		e.fail(n.Line, field, "descriptors nest at most "+strconv.Itoa(limiter.MaxDescriptorEntries)+" deep")
+	if len(above) >= rules.MaxDescriptorEntries {
+		e.fail(n.Line, field, "descriptors nest at most "+strconv.Itoa(rules.MaxDescriptorEntries)+" deep")
 		return
 	}
 	for _, item := range n.Content {
@@ -201,13 +203,13 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 	case !present:
 		e.fail(0, "key", "is required")
 	case ok:
-		if msg := limiter.DescriptorTextProblem(key); msg != "" {
+		if msg := rules.DescriptorTextProblem(key); msg != "" {
 			e.fail(lineOf(f, "key"), "key", msg)
 		}
 	}
 	entry.Key = key
 	if value, present, ok := readText(e, f, "value"); present && ok {
-		if msg := limiter.DescriptorTextProblem(value); msg != "" {
+		if msg := rules.DescriptorTextProblem(value); msg != "" {
 			e.fail(lineOf(f, "value"), "value", msg+"; leave it out to match any value")
 		}
 		entry.Value = value
@@ -397,8 +399,8 @@ func (r *envoyReader) replaces(e *entry, n *yaml.Node, p *pattern) {
 			p.replaces = append(p.replaces, name)
 		}
 	}
-	if len(p.replaces) > limiter.MaxReplaces {
-		e.fail(n.Line, "replaces", "must name at most "+strconv.Itoa(limiter.MaxReplaces)+" limits")
+	if len(p.replaces) > rules.MaxReplaces {
+		e.fail(n.Line, "replaces", "must name at most "+strconv.Itoa(rules.MaxReplaces)+" limits")
 	}
 }
 
@@ -473,7 +475,7 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 	for i := range indexed {
 		indexed[i].ID = strconv.Itoa(i)
 	}
-	m := limiter.NewMatcher(indexed)
+	m := rules.Index(indexed)
 	for _, p := range specific {
 		var catcher *pattern
 		if rule, found := m.Match(r.domain, p.entries); found {
@@ -486,8 +488,8 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 		sameName := p.name != "" && p.name == catcher.limitName()
 		if catcher != nil && !catcher.shares() && (p.name == "" && !replaced[catcher.limit.Name] || sameName) &&
 			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) {
-			bucket = catcher.rule.BucketID(p.entries)
-			_, err := limiter.String.Canonical(bucket)
+			bucket = rules.BucketID(*catcher.rule, p.entries)
+			_, err := bucketid.Canonical(limiter.String, bucket)
 			ok = err == nil
 		}
 		if !ok {
@@ -525,7 +527,7 @@ func (p *pattern) limitName() string {
 
 // shares reports whether the requests of p's rule all count in one
 // bucket, which an override of one request's bucket would change for all.
-func (p *pattern) shares() bool { return p.rule.FreeEntries() == 0 }
+func (p *pattern) shares() bool { return rules.FreeEntries(*p.rule) == 0 }
 
 // own makes p a rule of its own and a limit. A blocked or unlimited p
 // answers every request alike: its values share one bucket, whose
@@ -546,7 +548,7 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 	alike := p.unlimited || p.params.Burst == 0
 	if alike {
 		for i := range entries {
-			if !entries[i].Fixed() {
+			if !rules.Fixed(entries[i]) {
 				entries[i].Shared = true
 			}
 		}
@@ -563,7 +565,7 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 		l.Description = *p.own.description
 	}
 	rule := limiter.Rule{Domain: r.domain, Descriptor: entries, Limit: name, Replaces: p.replaces, QuotaMode: p.quota}
-	if msg := rule.CheckLimit(l); msg != "" {
+	if msg := rules.CheckLimit(rule, l); msg != "" {
 		fail("metadata.ratelimitd.id_format: " + msg)
 		return
 	}
@@ -770,7 +772,7 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 // entries with the bucket's values in place of those not fixed.
 func overrideEntries(r limiter.Rule, bucket string) ([]limiter.DescriptorEntry, bool) {
 	var values []string
-	switch n := r.FreeEntries(); {
+	switch n := rules.FreeEntries(r); {
 	case n == 0:
 		// The rule's one bucket: the rule itself.
 		return r.Descriptor, bucket == "*"
@@ -788,7 +790,7 @@ func overrideEntries(r limiter.Rule, bucket string) ([]limiter.DescriptorEntry, 
 	out := slices.Clone(r.Descriptor)
 	i := 0
 	for k, e := range out {
-		if e.Fixed() {
+		if rules.Fixed(e) {
 			continue
 		}
 		v := values[i]

@@ -12,6 +12,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
@@ -47,7 +49,7 @@ func envoyFile(t *testing.T, name string) []byte {
 // snapshotOf loads what the database holds, as a replica would.
 func snapshotOf(t *testing.T, d *db.DB) *limiter.Snapshot {
 	t.Helper()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	v, err := d.Full(t.Context(), b.PutLimit, b.PutOverride)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +78,7 @@ func decide(t *testing.T, s *limiter.Snapshot, domain string, kv ...string) (lim
 	if !ok {
 		return "", limiter.Resolution{}
 	}
-	res, err := s.Resolve(rule.Limit, rule.BucketID(entries), time.Now())
+	res, err := s.Resolve(rule.Limit, rules.BucketID(rule, entries), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 func TestExportDefaults(t *testing.T) {
@@ -226,7 +227,7 @@ func TestExportQuoting(t *testing.T) {
 		l := lim(fmt.Sprintf("L%02d", i), 100+i, limiter.String, 1, 1, time.Second)
 		l.Description = s
 		st.limits[l.Name] = l
-		if _, err := limiter.String.Canonical(s); err == nil {
+		if _, err := bucketid.Canonical(limiter.String, s); err == nil {
 			st.withOverride(limiter.Override{Limit: "L00", BucketID: s, Params: params(1, 1, time.Second), Enabled: true, Comment: s})
 		}
 		st.withOverride(limiter.Override{Limit: "L01", BucketID: fmt.Sprint(i), Unlimited: true, Enabled: true, Comment: s})

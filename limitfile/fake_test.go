@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // fakeStore is an in-memory Store that imports as db.DB.Import documents:
@@ -126,7 +127,7 @@ func (s *fakeStore) Import(_ context.Context, _ string, limits []limiter.Limit, 
 		if !ok {
 			return limiter.ImportCounts{}, fmt.Errorf("limit %s: %w", o.Limit, limiter.ErrNotFound)
 		}
-		id, err := l.IDFormat.CanonicalOverride(o.BucketID)
+		id, err := bucketid.CanonicalOverride(l.IDFormat, o.BucketID)
 		if err != nil {
 			return limiter.ImportCounts{}, fmt.Errorf("limit %s: %w", o.Limit, limiter.ErrConflict)
 		}

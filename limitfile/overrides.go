@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
 // listKeys are the keys of an override entry in the list format; mapKeys
@@ -231,7 +232,7 @@ func (r *overridesReader) add(e *entry, limit limiter.Limit, known bool, id stri
 		commentBad(msg)
 	}
 	idOK := true
-	for _, fe := range o.Normalize(limit) {
+	for _, fe := range bucketid.NormalizeOverride(&o, limit) {
 		if fe.Field == "bucket_id" {
 			idBad(fe.Message)
 			idOK = false

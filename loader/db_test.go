@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 	"github.com/ratelimitd/ratelimitd/loader"
 )
 
@@ -104,7 +105,7 @@ func TestChangesReachEveryReplica(t *testing.T) {
 			account := []limiter.DescriptorEntry{{Key: "account", Value: "7"}}
 			eventually(t, "the new rule", func() bool {
 				r, ok := f.lim.Snapshot().Match("edge", account)
-				return ok && r.Limit == "NewOrdersPerAccount" && r.BucketID(account) == "7"
+				return ok && r.Limit == "NewOrdersPerAccount" && rules.BucketID(r, account) == "7"
 			})
 			// A replica that starts now reads the rule in its full load.
 			if late := follow(t, openDB(t, url)); len(late.lim.Snapshot().Rules()) != 1 {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Source is the database as the loader reads it.
@@ -235,7 +237,7 @@ func (l *Loader) full(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, fullTimeout)
 	defer cancel()
 	now := l.cfg.Now()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	version, err := l.cfg.Source.Full(ctx, b.PutLimit, func(o limiter.Override) error {
 		if !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt) {
 			return nil // expired: never applies again

@@ -19,7 +19,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // benchServer is the service's handler, the bucket routes beside the admin
@@ -34,7 +36,7 @@ func benchServer(b *testing.B, traces telemetry.Traces) (http.Handler, string) {
 	store := memstore.New(memstore.Options{})
 	b.Cleanup(store.Close)
 	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log, TraceStore: traces.Store})
-	builder := limiter.NewBuilder()
+	builder := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	limits := []limiter.Limit{
 		{Name: "Denied", Enum: 4, IDFormat: limiter.RegID, Params: limiter.Params{Burst: 1, Count: 1, Period: 24 * time.Hour}},
 	}

@@ -26,8 +26,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // benchFront is both front ends over one Limiter, each on a loopback
@@ -45,7 +47,7 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lim := limiter.New(limiter.Config{Store: store, DeniedCacheSize: 1000, Logger: log})
-	builder := limiter.NewBuilder()
+	builder := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	for i := range 5 {
 		name := "Limit" + strconv.Itoa(i)
 		l := limiter.Limit{Name: name, Enum: i + 1, IDFormat: limiter.String,

@@ -25,6 +25,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // noRules is a Decider whose snapshot holds no rule, so that every call
@@ -35,7 +37,9 @@ func (noRules) Decide(context.Context, limiter.Op, []limiter.Request, []limiter.
 	return limiter.Result{}, errors.New("no rule matched, so nothing is decided")
 }
 
-func (noRules) Snapshot() *limiter.Snapshot { return limiter.NewBuilder().Snapshot(1) }
+func (noRules) Snapshot() *limiter.Snapshot {
+	return limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index}).Snapshot(1)
+}
 
 // tokens authenticates one secret, of scope decide.
 type tokens string

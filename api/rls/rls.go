@@ -24,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Decider answers decisions; *limiter.Limiter is one.
@@ -250,7 +252,7 @@ const maxHits = math.MaxInt64
 func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) error {
 	b.reqs, b.slot, b.rules, b.replaced = b.reqs[:0], b.slot[:0], b.rules[:0], b.replaced[:0]
 	domain := req.GetDomain()
-	if msg := limiter.DescriptorTextProblem(domain); msg != "" {
+	if msg := rules.DescriptorTextProblem(domain); msg != "" {
 		return invalid("domain: " + msg)
 	}
 	descriptors := req.GetDescriptors()
@@ -260,18 +262,18 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 	for i, d := range descriptors {
 		field := "descriptors[" + strconv.Itoa(i) + "]"
 		entries := d.GetEntries()
-		if msg := limiter.DescriptorSizeProblem(len(entries)); msg != "" {
+		if msg := rules.DescriptorSizeProblem(len(entries)); msg != "" {
 			return invalid(field + ".entries: " + msg)
 		}
 		b.entries = b.entries[:0]
 		for k, e := range entries {
-			if msg := limiter.DescriptorTextProblem(e.GetKey()); msg != "" {
+			if msg := rules.DescriptorTextProblem(e.GetKey()); msg != "" {
 				return invalid(field + ".entries[" + strconv.Itoa(k) + "].key: " + msg)
 			}
 			// A value may be empty, as a header can be; only a rule
 			// without a value for the entry can match it.
 			if v := e.GetValue(); v != "" {
-				if msg := limiter.DescriptorTextProblem(v); msg != "" {
+				if msg := rules.DescriptorTextProblem(v); msg != "" {
 					return invalid(field + ".entries[" + strconv.Itoa(k) + "].value: " + msg)
 				}
 			}
@@ -296,7 +298,7 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 			continue
 		}
 		b.replaced = append(b.replaced, r.Replaces...)
-		bucket := canonical(snap, r, r.BucketID(b.entries))
+		bucket := canonical(snap, r, rules.BucketID(r, b.entries))
 		j := b.find(r.Limit, bucket)
 		if j < 0 {
 			b.slot = append(b.slot, len(b.reqs))
@@ -324,7 +326,7 @@ func canonical(snap *limiter.Snapshot, r limiter.Rule, id string) string {
 	if !ok {
 		return id
 	}
-	if c, err := l.IDFormat.Canonical(id); err == nil {
+	if c, err := bucketid.Canonical(l.IDFormat, id); err == nil {
 		return c
 	}
 	return id
@@ -374,7 +376,7 @@ func (b *batch) describe(fe limiter.FieldError) string {
 	case ".bucket_id":
 		free := []string{}
 		for k, e := range r.Descriptor {
-			if !e.Fixed() {
+			if !rules.Fixed(e) {
 				free = append(free, "entries["+strconv.Itoa(k)+"].value")
 			}
 		}

@@ -29,7 +29,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 	"github.com/ratelimitd/ratelimitd/limiter/memstore"
+	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // The caller's trace, as a W3C traceparent names it, and a bucket id and
@@ -78,7 +80,7 @@ func newTraced(t *testing.T) *traced {
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(ms.Close)
 	tr.lim = limiter.New(limiter.Config{Store: ms, TraceStore: tr.traces.Store, Logger: tr.log})
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	if err := b.PutLimit(limiter.Limit{Name: "PerIP", Enum: 200, IDFormat: limiter.IPAddress,
 		Params: limiter.Params{Burst: 1, Count: 1, Period: time.Minute}}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package limiter
+package rules
 
 import (
 	"errors"
@@ -6,17 +6,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
 )
 
-func ruleSnapshot(t *testing.T, rules ...Rule) *Snapshot {
+// parsers are the ones the loader hands the snapshots it builds.
+func parsers() limiter.Parsers {
+	return limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: Validate, IndexRules: Index}
+}
+
+func ruleSnapshot(t *testing.T, rules ...limiter.Rule) *limiter.Snapshot {
 	t.Helper()
-	b := NewBuilder()
-	for _, l := range []Limit{
-		{Name: "PerIP", Enum: 1, IDFormat: IPAddress, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
-		{Name: "PerText", Enum: 2, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
-		{Name: "Exact", Enum: 3, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
-		{Name: "Prefix", Enum: 4, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
-		{Name: "LongPrefix", Enum: 5, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}},
+	b := limiter.NewBuilder(parsers())
+	for _, l := range []limiter.Limit{
+		{Name: "PerIP", Enum: 1, IDFormat: limiter.IPAddress, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "PerText", Enum: 2, IDFormat: limiter.String, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "Exact", Enum: 3, IDFormat: limiter.String, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "Prefix", Enum: 4, IDFormat: limiter.String, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}},
+		{Name: "LongPrefix", Enum: 5, IDFormat: limiter.String, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}},
 	} {
 		if err := b.PutLimit(l); err != nil {
 			t.Fatal(err)
@@ -30,28 +38,28 @@ func ruleSnapshot(t *testing.T, rules ...Rule) *Snapshot {
 	return b.Snapshot(1)
 }
 
-func entries(kv ...string) []DescriptorEntry {
-	var out []DescriptorEntry
+func entries(kv ...string) []limiter.DescriptorEntry {
+	var out []limiter.DescriptorEntry
 	for i := 0; i < len(kv); i += 2 {
-		out = append(out, DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+		out = append(out, limiter.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
 	}
 	return out
 }
 
 func TestMatchPrecedence(t *testing.T) {
 	s := ruleSnapshot(t,
-		Rule{ID: "free", Domain: "d", Descriptor: entries("path", "", "user", ""), Limit: "PerText"},
-		Rule{ID: "exact", Domain: "d", Descriptor: entries("path", "/api", "user", ""), Limit: "Exact"},
-		Rule{ID: "prefix", Domain: "d", Descriptor: entries("path", "/a*", "user", ""), Limit: "Prefix"},
-		Rule{ID: "longprefix", Domain: "d", Descriptor: entries("path", "/ap*", "user", ""), Limit: "LongPrefix"},
+		limiter.Rule{ID: "free", Domain: "d", Descriptor: entries("path", "", "user", ""), Limit: "PerText"},
+		limiter.Rule{ID: "exact", Domain: "d", Descriptor: entries("path", "/api", "user", ""), Limit: "Exact"},
+		limiter.Rule{ID: "prefix", Domain: "d", Descriptor: entries("path", "/a*", "user", ""), Limit: "Prefix"},
+		limiter.Rule{ID: "longprefix", Domain: "d", Descriptor: entries("path", "/ap*", "user", ""), Limit: "LongPrefix"},
 		// Exact in the second entry loses to exact in the first.
-		Rule{ID: "exact2", Domain: "d", Descriptor: entries("path", "", "user", "bob"), Limit: "PerText"},
-		Rule{ID: "ip", Domain: "d", Descriptor: entries("remote_address", ""), Limit: "PerIP"},
-		Rule{ID: "fixed", Domain: "e", Descriptor: entries("k", "v"), Limit: "PerText"},
+		limiter.Rule{ID: "exact2", Domain: "d", Descriptor: entries("path", "", "user", "bob"), Limit: "PerText"},
+		limiter.Rule{ID: "ip", Domain: "d", Descriptor: entries("remote_address", ""), Limit: "PerIP"},
+		limiter.Rule{ID: "fixed", Domain: "e", Descriptor: entries("k", "v"), Limit: "PerText"},
 	)
 	for _, tc := range []struct {
 		domain, limit, bucket string
-		in                    []DescriptorEntry
+		in                    []limiter.DescriptorEntry
 	}{
 		{"d", "Exact", "bob", entries("path", "/api", "user", "bob")},
 		{"d", "LongPrefix", "%2Fapx/bob", entries("path", "/apx", "user", "bob")},
@@ -72,7 +80,7 @@ func TestMatchPrecedence(t *testing.T) {
 		r, ok := s.Match(tc.domain, tc.in)
 		limit, bucket := r.Limit, ""
 		if ok {
-			bucket = r.BucketID(tc.in)
+			bucket = BucketID(r, tc.in)
 		}
 		if limit != tc.limit || bucket != tc.bucket || ok != (tc.limit != "") {
 			t.Errorf("Match(%q, %v) = %q, %q, %v; want %q, %q", tc.domain, tc.in, limit, bucket, ok, tc.limit, tc.bucket)
@@ -84,9 +92,9 @@ func TestMatchPrecedence(t *testing.T) {
 // a less specific second entry.
 func TestMatchBacktracks(t *testing.T) {
 	s := ruleSnapshot(t,
-		Rule{ID: "a", Domain: "d", Descriptor: entries("a", "x", "b", "only"), Limit: "Exact"},
-		Rule{ID: "b", Domain: "d", Descriptor: entries("a", "x*", "b", ""), Limit: "Prefix"},
-		Rule{ID: "c", Domain: "d", Descriptor: entries("a", "", "b", "y"), Limit: "PerText"},
+		limiter.Rule{ID: "a", Domain: "d", Descriptor: entries("a", "x", "b", "only"), Limit: "Exact"},
+		limiter.Rule{ID: "b", Domain: "d", Descriptor: entries("a", "x*", "b", ""), Limit: "Prefix"},
+		limiter.Rule{ID: "c", Domain: "d", Descriptor: entries("a", "", "b", "y"), Limit: "PerText"},
 	)
 	if r, _ := s.Match("d", entries("a", "x", "b", "y")); r.Limit != "Prefix" {
 		t.Errorf("got %q, want Prefix", r.Limit)
@@ -97,10 +105,10 @@ func TestMatchBacktracks(t *testing.T) {
 }
 
 func TestRuleChangesReachSnapshot(t *testing.T) {
-	s := ruleSnapshot(t, Rule{ID: "r1", Domain: "d", Descriptor: entries("k", ""), Limit: "PerText"})
+	s := ruleSnapshot(t, limiter.Rule{ID: "r1", Domain: "d", Descriptor: entries("k", ""), Limit: "PerText"})
 	b := s.Builder()
-	if err := b.Apply(Changes{Version: 2, DeletedRules: []string{"r1"},
-		Rules: []Rule{{ID: "r2", Domain: "d", Descriptor: entries("k", "v*"), Limit: "Prefix"}}}); err != nil {
+	if err := b.Apply(limiter.Changes{Version: 2, DeletedRules: []string{"r1"},
+		Rules: []limiter.Rule{{ID: "r2", Domain: "d", Descriptor: entries("k", "v*"), Limit: "Prefix"}}}); err != nil {
 		t.Fatal(err)
 	}
 	next := b.Snapshot(2)
@@ -120,39 +128,39 @@ func TestRuleChangesReachSnapshot(t *testing.T) {
 }
 
 func TestPutRuleRefuses(t *testing.T) {
-	b := NewBuilder()
-	if err := b.PutRule(Rule{ID: "x", Domain: "d", Descriptor: entries("k", ""), Limit: "Missing"}); !errors.Is(err, ErrNotFound) {
+	b := limiter.NewBuilder(parsers())
+	if err := b.PutRule(limiter.Rule{ID: "x", Domain: "d", Descriptor: entries("k", ""), Limit: "Missing"}); !errors.Is(err, limiter.ErrNotFound) {
 		t.Errorf("unknown limit: got %v", err)
 	}
-	var ve *ValidationError
-	if err := b.PutRule(Rule{ID: "x", Domain: "", Limit: "Missing"}); !errors.As(err, &ve) {
+	var ve *limiter.ValidationError
+	if err := b.PutRule(limiter.Rule{ID: "x", Domain: "", Limit: "Missing"}); !errors.As(err, &ve) {
 		t.Errorf("invalid rule: got %v", err)
 	}
 }
 
 func TestRuleValidate(t *testing.T) {
 	long := strings.Repeat("a", 257)
-	r := Rule{Domain: "bad\x00", Descriptor: []DescriptorEntry{{Key: ""}, {Key: "k", Value: "\xff"}, {Key: long}}, Limit: "9x"}
+	r := limiter.Rule{Domain: "bad\x00", Descriptor: []limiter.DescriptorEntry{{Key: ""}, {Key: "k", Value: "\xff"}, {Key: long}}, Limit: "9x"}
 	got := map[string]bool{}
-	for _, fe := range r.Validate() {
+	for _, fe := range Validate(r) {
 		got[fe.Field] = true
 	}
 	for _, f := range []string{"domain", "descriptor[0].key", "descriptor[1].value", "descriptor[2].key", "limit"} {
 		if !got[f] {
-			t.Errorf("no error for %s in %v", f, r.Validate())
+			t.Errorf("no error for %s in %v", f, Validate(r))
 		}
 	}
-	if fe := (Rule{Domain: "d", Limit: "L"}).Validate(); len(fe) != 1 || fe[0].Field != "descriptor" {
+	if fe := Validate(limiter.Rule{Domain: "d", Limit: "L"}); len(fe) != 1 || fe[0].Field != "descriptor" {
 		t.Errorf("no entries: %v", fe)
 	}
-	ip := Limit{IDFormat: IPAddress}
-	if msg := (Rule{Descriptor: entries("a", "", "b", "")}).CheckLimit(ip); msg == "" {
+	ip := limiter.Limit{IDFormat: limiter.IPAddress}
+	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "", "b", "")}, ip); msg == "" {
 		t.Error("two free entries accepted for an ip_address limit")
 	}
-	if msg := (Rule{Descriptor: entries("a", "x")}).CheckLimit(ip); msg == "" {
+	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "x")}, ip); msg == "" {
 		t.Error("no free entry accepted for an ip_address limit")
 	}
-	if msg := (Rule{Descriptor: entries("a", "x", "b", "")}).CheckLimit(ip); msg != "" {
+	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "x", "b", "")}, ip); msg != "" {
 		t.Errorf("one free entry refused: %s", msg)
 	}
 }
@@ -163,11 +171,11 @@ func TestRuleValidate(t *testing.T) {
 // literal prefix wins, then the one with more literal characters.
 func TestMatchWildcards(t *testing.T) {
 	s := ruleSnapshot(t,
-		Rule{ID: "free", Domain: "d", Descriptor: entries("v", ""), Limit: "PerText"},
-		Rule{ID: "middle", Domain: "d", Descriptor: entries("v", "bar*b"), Limit: "Exact"},
-		Rule{ID: "multi", Domain: "d", Descriptor: entries("v", "foo*bar*baz"), Limit: "Prefix"},
-		Rule{ID: "prefix", Domain: "d", Descriptor: entries("v", "foo*"), Limit: "LongPrefix"},
-		Rule{ID: "lead", Domain: "d", Descriptor: entries("v", "*.png"), Limit: "PerIP"},
+		limiter.Rule{ID: "free", Domain: "d", Descriptor: entries("v", ""), Limit: "PerText"},
+		limiter.Rule{ID: "middle", Domain: "d", Descriptor: entries("v", "bar*b"), Limit: "Exact"},
+		limiter.Rule{ID: "multi", Domain: "d", Descriptor: entries("v", "foo*bar*baz"), Limit: "Prefix"},
+		limiter.Rule{ID: "prefix", Domain: "d", Descriptor: entries("v", "foo*"), Limit: "LongPrefix"},
+		limiter.Rule{ID: "lead", Domain: "d", Descriptor: entries("v", "*.png"), Limit: "PerIP"},
 	)
 	for _, tc := range []struct{ value, limit string }{
 		{"barb", "Exact"},
@@ -188,8 +196,8 @@ func TestMatchWildcards(t *testing.T) {
 			t.Errorf("Match(v=%q) = %q, %v; want %q", tc.value, r.Limit, ok, tc.limit)
 		}
 		// The value the wildcard matched forms the bucket id.
-		if ok && r.BucketID(entries("v", tc.value)) != tc.value && r.Limit != "PerText" {
-			t.Errorf("v=%q: bucket %q", tc.value, r.BucketID(entries("v", tc.value)))
+		if ok && BucketID(r, entries("v", tc.value)) != tc.value && r.Limit != "PerText" {
+			t.Errorf("v=%q: bucket %q", tc.value, BucketID(r, entries("v", tc.value)))
 		}
 	}
 }
@@ -200,18 +208,18 @@ func TestMatchWildcards(t *testing.T) {
 func BenchmarkMatchPrefixes(b *testing.B) {
 	for _, n := range []int{1, 3000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			bl := NewBuilder()
-			if err := bl.PutLimit(Limit{Name: "P", Enum: 1, IDFormat: String, Params: Params{Burst: 5, Count: 5, Period: time.Second}}); err != nil {
+			bl := limiter.NewBuilder(parsers())
+			if err := bl.PutLimit(limiter.Limit{Name: "P", Enum: 1, IDFormat: limiter.String, Params: limiter.Params{Burst: 5, Count: 5, Period: time.Second}}); err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {
-				r := Rule{ID: strconv.Itoa(i), Domain: "d", Descriptor: entries("path", "/api/v"+strconv.Itoa(i)+"/*"), Limit: "P"}
+				r := limiter.Rule{ID: strconv.Itoa(i), Domain: "d", Descriptor: entries("path", "/api/v"+strconv.Itoa(i)+"/*"), Limit: "P"}
 				if err := bl.PutRule(r); err != nil {
 					b.Fatal(err)
 				}
 			}
 			s := bl.Snapshot(1)
-			batch := make([][]DescriptorEntry, 100)
+			batch := make([][]limiter.DescriptorEntry, 100)
 			for i := range batch {
 				// Values under the last rule's prefix.
 				batch[i] = entries("path", "/api/v"+strconv.Itoa(n-1)+"/items/"+strconv.Itoa(i))

@@ -1,4 +1,4 @@
-package limiter
+package bucketid
 
 import (
 	"net/netip"
@@ -9,15 +9,17 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/publicsuffix"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // FuzzCanonical checks, for every format, that Canonical never panics, that
 // what it accepts it maps to a fixed point, and that the canonical form has
-// the shape the format promises. format indexes IDFormats; one past the end
+// the shape the format promises. format indexes limiter.IDFormats; one past the end
 // stands for an unknown format, which must always be refused.
 func FuzzCanonical(f *testing.F) {
-	formats := IDFormats()
-	index := func(format IDFormat) uint8 { return uint8(slices.Index(formats, format)) }
+	formats := limiter.IDFormats()
+	index := func(format limiter.IDFormat) uint8 { return uint8(slices.Index(formats, format)) }
 	for _, c := range collapseCases() {
 		f.Add(index(c.format), c.want)
 		for _, in := range c.inputs {
@@ -31,47 +33,47 @@ func FuzzCanonical(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, i uint8, id string) {
 		if int(i) >= len(formats) {
-			if got, err := IDFormat("bogus").Canonical(id); err == nil {
+			if got, err := Canonical(limiter.IDFormat("bogus"), id); err == nil {
 				t.Fatalf("unknown format accepted %q as %q", id, got)
 			}
 			return
 		}
 		format := formats[i]
-		got, err := format.Canonical(id)
+		got, err := Canonical(format, id)
 		if err == nil && !utf8.ValidString(id) {
 			t.Fatalf("%s.Canonical accepted invalid UTF-8 %q as %q", format, id, got)
 		}
-		if format != String && isASCII(id) {
+		if format != limiter.String && isASCII(id) {
 			// Only string ids are case-sensitive.
-			upper, errU := format.Canonical(strings.ToUpper(id))
+			upper, errU := Canonical(format, strings.ToUpper(id))
 			if (err == nil) != (errU == nil) || upper != got {
 				t.Fatalf("%s: %q gives %q, %v but upper case gives %q, %v", format, id, got, err, upper, errU)
 			}
 		}
-		if format == Domain && isASCII(id) && !strings.HasSuffix(id, ".") {
-			dotted, errD := format.Canonical(id + ".")
+		if format == limiter.Domain && isASCII(id) && !strings.HasSuffix(id, ".") {
+			dotted, errD := Canonical(format, id+".")
 			if (err == nil) != (errD == nil) || dotted != got {
 				t.Fatalf("%s: %q gives %q, %v but with a trailing dot %q, %v", format, id, got, err, dotted, errD)
 			}
 		}
 		if err != nil {
 			if got != "" {
-				t.Fatalf("%s.Canonical(%q) = %q with error %v", format, id, got, err)
+				t.Fatalf("Canonical(%s, %q) = %q with error %v", format, id, got, err)
 			}
 			if err.Error() == "" {
-				t.Fatalf("%s.Canonical(%q): empty error message", format, id)
+				t.Fatalf("Canonical(%s, %q): empty error message", format, id)
 			}
 			return
 		}
-		again, err := format.Canonical(got)
+		again, err := Canonical(format, got)
 		if err != nil {
-			t.Fatalf("%s.Canonical(%q) = %q, which is refused: %v", format, id, got, err)
+			t.Fatalf("Canonical(%s, %q) = %q, which is refused: %v", format, id, got, err)
 		}
 		if again != got {
-			t.Fatalf("%s.Canonical(%q) = %q, but that canonicalises to %q", format, id, got, again)
+			t.Fatalf("Canonical(%s, %q) = %q, but that canonicalises to %q", format, id, got, again)
 		}
 		if msg := shapeError(format, id, got); msg != "" {
-			t.Fatalf("%s.Canonical(%q) = %q: %s", format, id, got, msg)
+			t.Fatalf("Canonical(%s, %q) = %q: %s", format, id, got, msg)
 		}
 	})
 }
@@ -79,11 +81,11 @@ func FuzzCanonical(f *testing.F) {
 // shapeError reports how out, the canonical form of in under f, breaks the
 // format's promise, or "" when it keeps it. It re-derives each property from
 // the standard parsers rather than from the code under test.
-func shapeError(f IDFormat, in, out string) string {
+func shapeError(f limiter.IDFormat, in, out string) string {
 	switch f {
-	case IPAddress:
+	case limiter.IPAddress:
 		return addrShape(out)
-	case IPv6Range:
+	case limiter.IPv6Range:
 		p, err := netip.ParsePrefix(out)
 		switch {
 		case err != nil:
@@ -93,11 +95,11 @@ func shapeError(f IDFormat, in, out string) string {
 		case p.Bits() != 48 || p.Masked() != p || p.String() != out:
 			return "not a masked /48 in netip notation"
 		}
-	case RegID:
+	case limiter.RegID:
 		return regIDShape(out)
-	case Domain:
+	case limiter.Domain:
 		return nameShape(out)
-	case DomainOrCIDR:
+	case limiter.DomainOrCIDR:
 		if strings.Contains(out, "/") {
 			p, err := netip.ParsePrefix(out)
 			switch {
@@ -116,11 +118,11 @@ func shapeError(f IDFormat, in, out string) string {
 		if reg, err := publicsuffix.EffectiveTLDPlusOne(out); err != nil || reg != out {
 			return "not a registrable domain"
 		}
-	case IdentValue:
+	case limiter.IdentValue:
 		return identShape(out)
-	case FQDNSet:
+	case limiter.FQDNSet:
 		return setShape(out)
-	case RegIDDomain:
+	case limiter.RegIDDomain:
 		reg, name, ok := strings.Cut(out, ":")
 		if !ok {
 			return "no colon"
@@ -129,7 +131,7 @@ func shapeError(f IDFormat, in, out string) string {
 			return msg
 		}
 		return nameShape(name)
-	case RegIDFQDNSet:
+	case limiter.RegIDFQDNSet:
 		reg, set, ok := strings.Cut(out, ":")
 		if !ok {
 			return "no colon"
@@ -138,7 +140,7 @@ func shapeError(f IDFormat, in, out string) string {
 			return msg
 		}
 		return setShape(set)
-	case String:
+	case limiter.String:
 		switch {
 		case out != in:
 			return "rewritten"
@@ -229,31 +231,31 @@ func setShape(s string) string {
 // outputs that break each promise.
 func TestShapeErrorDetects(t *testing.T) {
 	for _, c := range []struct {
-		format  IDFormat
+		format  limiter.IDFormat
 		in, out string
 	}{
-		{IPAddress, "", "::ffff:1.2.3.4"},
-		{IPAddress, "", "2001:DB8::1"},
-		{IPAddress, "", "fe80::1%eth0"},
-		{IPv6Range, "", "2001:db8::1/48"},
-		{IPv6Range, "", "2001:db8::/64"},
-		{IPv6Range, "", "1.2.0.0/16"},
-		{RegID, "", "042"},
-		{RegID, "", "0"},
-		{Domain, "", "Example.com"},
-		{Domain, "", "example.com."},
-		{Domain, "", "localhost"},
-		{Domain, "", "1.2.3.4"},
-		{Domain, "", "a.123"},
-		{DomainOrCIDR, "", "www.example.com"},
-		{DomainOrCIDR, "", "1.2.3.0/24"},
-		{DomainOrCIDR, "", "2001:db8::1/64"},
-		{FQDNSet, "", "b.com,a.com"},
-		{FQDNSet, "", "a.com,a.com"},
-		{FQDNSet, "", "a.com,"},
-		{RegIDDomain, "", "042:a.com"},
-		{RegIDFQDNSet, "", "42:b.com,a.com"},
-		{String, "a", "A"},
+		{limiter.IPAddress, "", "::ffff:1.2.3.4"},
+		{limiter.IPAddress, "", "2001:DB8::1"},
+		{limiter.IPAddress, "", "fe80::1%eth0"},
+		{limiter.IPv6Range, "", "2001:db8::1/48"},
+		{limiter.IPv6Range, "", "2001:db8::/64"},
+		{limiter.IPv6Range, "", "1.2.0.0/16"},
+		{limiter.RegID, "", "042"},
+		{limiter.RegID, "", "0"},
+		{limiter.Domain, "", "Example.com"},
+		{limiter.Domain, "", "example.com."},
+		{limiter.Domain, "", "localhost"},
+		{limiter.Domain, "", "1.2.3.4"},
+		{limiter.Domain, "", "a.123"},
+		{limiter.DomainOrCIDR, "", "www.example.com"},
+		{limiter.DomainOrCIDR, "", "1.2.3.0/24"},
+		{limiter.DomainOrCIDR, "", "2001:db8::1/64"},
+		{limiter.FQDNSet, "", "b.com,a.com"},
+		{limiter.FQDNSet, "", "a.com,a.com"},
+		{limiter.FQDNSet, "", "a.com,"},
+		{limiter.RegIDDomain, "", "042:a.com"},
+		{limiter.RegIDFQDNSet, "", "42:b.com,a.com"},
+		{limiter.String, "a", "A"},
 	} {
 		if shapeError(c.format, c.in, c.out) == "" {
 			t.Errorf("shapeError(%s, %q) found nothing wrong", c.format, c.out)
