@@ -1,9 +1,10 @@
 package redisstore
 
 // Redis Cluster lets a script touch the keys of one hash slot only, so on a
-// Cluster a batch is split into one group per slot and the script runs once
-// per group, all groups in one pipeline (go-redis sends each node its part
-// at the same time). What remains atomic:
+// Cluster a batch is split into one group per slot. The queue joins the
+// groups of the calls in flight by slot, one script call per slot, and
+// sends them all in one pipeline (go-redis sends each node its part at the
+// same time). What remains atomic:
 //
 //   - Within a slot, everything: a group is read, decided and written in one
 //     step, as on a single node. A batch whose keys share a slot, such as a
@@ -44,13 +45,14 @@ import (
 type Cluster struct {
 	config
 	client *redis.ClusterClient
+	queue  *queue
 }
 
 var _ limiter.Store = (*Cluster)(nil)
 
 // NewCluster returns a Cluster on client; New says what it needs of it.
 func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
-	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client}
+	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queue: &queue{client: client}}
 }
 
 // Apply implements limiter.Store, as the comment at the top of this file
@@ -71,28 +73,29 @@ func (s *Cluster) Apply(ctx context.Context, op limiter.Op, now time.Time, batch
 
 func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch []limiter.Bucket) (bool, error) {
 	groups := s.groups(batch)
+	c := &scriptCall{ctx: ctx, parts: make([]part, len(groups)), done: make(chan struct{}, 1)}
+	for i, g := range groups {
+		c.parts[i] = part{slot: g.slot, run: s.run(scriptRun{}, op, nowUS, g.batch)}
+	}
+	if _, err := s.queue.do(c); err != nil {
+		return false, err
+	}
 	if len(groups) == 1 {
 		// One slot: as atomic as on a single node.
-		cmds := evalPipelined(ctx, s.client, []scriptRun{s.run(scriptRun{}, op, nowUS, batch)}, nil)
-		reply, err := cmds[0].Int64Slice()
-		if err != nil {
-			return false, err
+		pt := &c.parts[0]
+		if pt.err != nil {
+			return false, pt.err
 		}
-		return decide(op, nowUS, reply, batch)
+		return decide(op, nowUS, pt.reply, pt.run.keys, batch)
 	}
-	runs := make([]scriptRun, len(groups))
-	for i, g := range groups {
-		runs[i] = s.run(scriptRun{}, op, nowUS, g.batch)
-	}
-	cmds := evalPipelined(ctx, s.client, runs, nil)
 	errs := make([]error, len(groups))
 	denied := false
 	var undo []limiter.Bucket
 	for i, g := range groups {
-		reply, err := cmds[i].Int64Slice()
-		written := false
+		pt := &c.parts[i]
+		written, err := false, pt.err
 		if err == nil {
-			written, err = decide(op, nowUS, reply, g.batch)
+			written, err = decide(op, nowUS, pt.reply, pt.run.keys, g.batch)
 		}
 		errs[i] = err
 		for j, p := range g.pos {
@@ -221,6 +224,7 @@ func bySlot(keys []string) [][]int {
 // group is the part of a batch in one hash slot, which one script call
 // handles.
 type group struct {
+	slot uint16
 	// batch holds copies of the buckets; pos[j] is where batch[j] is in
 	// the caller's batch.
 	batch []limiter.Bucket
@@ -235,7 +239,7 @@ func (s *Cluster) groups(batch []limiter.Bucket) []group {
 	}
 	var groups []group
 	for _, pos := range bySlot(keys) {
-		g := group{pos: pos}
+		g := group{slot: keySlot(keys[pos[0]]), pos: pos}
 		for _, i := range pos {
 			g.batch = append(g.batch, batch[i])
 		}
