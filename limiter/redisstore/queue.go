@@ -10,11 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A store's decisions in flight share script calls. A call that finds
-// fewer than maxInFlight round trips under way is sent at once, by its
-// caller, as without sharing: nothing waits on a timer. The calls that
-// arrive meanwhile queue, and when a round trip comes back they go
-// together, in one script call per hash slot (one on a single node) that
+// A store's decisions in flight share script calls. A call that finds no
+// round trip under way is sent at once, by its caller, as without sharing:
+// nothing waits on a timer. The calls that arrive meanwhile queue, and
+// when the round trip comes back they go together, in one script call per hash slot (one on a single node) that
 // runs their batches one after the other, each batch still all or nothing
 // on its own (batchLua). Redis's cost is mostly per script call, not per
 // bucket, so under load its CPU per decision falls several times, and
@@ -27,11 +26,11 @@ import (
 // may have run, as a call that timed out on the wire always may have.
 const (
 	// maxInFlight is how many round trips a store has on the wire at
-	// once, each on its own connection: with one, Redis idles while a
-	// reply travels back and the next call is built; with more, each
-	// round trip carries fewer decisions, which costs Redis more per
-	// decision (BenchmarkSpendConcurrent).
-	maxInFlight = 2
+	// once. With two, each carries about half the decisions that one
+	// would, for no more throughput under load: measured with 64
+	// goroutines, one cost Redis about 8% and this process about 15%
+	// less CPU per decision (docs/performance.md).
+	maxInFlight = 1
 	// maxPipeline bounds the calls of one round trip, and so the wait of
 	// the calls behind them.
 	maxPipeline = 128
