@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -358,21 +359,27 @@ func TestQueuedCallTimesOut(t *testing.T) {
 }
 
 // TestClusterCoalescesBySlot: on a Cluster, the calls queued behind a full
-// wire go as one script call per hash slot, a batch across slots in both,
-// and spends of one bucket admit exactly its burst.
+// wire to one master go as one script call per hash slot, a batch across
+// slots in both, and spends of one bucket admit exactly its burst.
 func TestClusterCoalescesBySlot(t *testing.T) {
 	client := clusterClient(t)
+	master := masters(t, client)
 	g := newGate()
 	client.AddHook(g)
 	p := prefix(t, client)
-	if redisstore.KeySlot(p+"1:{a}") == redisstore.KeySlot(p+"1:{b}") {
-		t.Fatal("the hash tags {a} and {b} share a slot")
+	// {a} and {b} are two slots of one master, so they share its queue.
+	b := ""
+	for i := 0; b == ""; i++ {
+		tag := fmt.Sprintf("{b%d}", i)
+		if master(p+"1:"+tag) == master(p+"1:{a}") && redisstore.KeySlot(p+"1:"+tag) != redisstore.KeySlot(p+"1:{a}") {
+			b = tag
+		}
 	}
 	s := redisstore.New(client, redisstore.Options{Prefix: p, Timeout: patient})
 	ctx := context.Background()
 	now := time.Now()
 	three := limiter.Params{Burst: 3, Count: 3, Period: time.Hour}
-	if _, err := s.Apply(ctx, limiter.Check, now, batchOf("1:{a}", "1:{b}")); err != nil { // loads the script
+	if _, err := s.Apply(ctx, limiter.Check, now, batchOf("1:{a}", "1:"+b)); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	held := g.fill(t, func() error { return errOf(s.Apply(ctx, limiter.Check, now, batchOf("9:{a}held"))) })
@@ -382,8 +389,8 @@ func TestClusterCoalescesBySlot(t *testing.T) {
 		batches = append(batches, []limiter.Bucket{bucketOf("1:{a}", three, 1)})
 	}
 	batches = append(batches,
-		[]limiter.Bucket{bucketOf("1:{b}", three, 1)},
-		[]limiter.Bucket{bucketOf("2:{a}", three, 1), bucketOf("2:{b}", three, 1)})
+		[]limiter.Bucket{bucketOf("1:"+b, three, 1)},
+		[]limiter.Bucket{bucketOf("2:{a}", three, 1), bucketOf("2:"+b, three, 1)})
 	calls, wg := queueCalls(t, s, now, batches...)
 	g.release()
 	wg.Wait()
@@ -416,7 +423,7 @@ func TestClusterCoalescesBySlot(t *testing.T) {
 		slots = append(slots, slot)
 	}
 	slices.Sort(slots)
-	if want := []uint16{redisstore.KeySlot(p + "1:{a}"), redisstore.KeySlot(p + "1:{b}")}; !slices.Equal(slots, sortedSlots(want)) {
+	if want := []uint16{redisstore.KeySlot(p + "1:{a}"), redisstore.KeySlot(p + "1:" + b)}; !slices.Equal(slots, sortedSlots(want)) {
 		t.Errorf("the queued calls went in script calls %q, want one per slot", scripts)
 	}
 }
@@ -424,4 +431,44 @@ func TestClusterCoalescesBySlot(t *testing.T) {
 func sortedSlots(s []uint16) []uint16 {
 	slices.Sort(s)
 	return s
+}
+
+// TestClusterStalledMaster: on a Cluster, a call whose buckets are on a
+// healthy master is answered while a call on a stalled master is on the
+// wire: each master has its own queue.
+func TestClusterStalledMaster(t *testing.T) {
+	client := clusterClient(t)
+	master := masters(t, client)
+	p := prefix(t, client)
+	s := redisstore.New(client, redisstore.Options{Prefix: p, Timeout: 2 * time.Second})
+	ctx := context.Background()
+	stalled, healthy := "1:{a}", ""
+	for i := 0; healthy == ""; i++ {
+		if k := fmt.Sprintf("1:{b%d}", i); master(p+k) != master(p+stalled) {
+			healthy = k
+		}
+	}
+	// The client learns the slots, and both masters the script.
+	if _, err := s.Apply(ctx, limiter.Check, time.Now(), batchOf(stalled, healthy)); err != nil {
+		t.Fatal(err)
+	}
+	node, err := client.MasterForKey(ctx, p+stalled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pauseCluster(t, []string{node.Options().Addr})
+	done := make(chan error, 1)
+	go func() { done <- errOf(s.Apply(ctx, limiter.Spend, time.Now(), batchOf(stalled))) }()
+	for {
+		if _, n := redisstore.QueueState(s); n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batchOf(healthy)); err != nil {
+		t.Errorf("a spend on a healthy master while another is stalled: %v", err)
+	}
+	if err := <-done; !isTimeout(err) {
+		t.Errorf("a spend on the stalled master: got %v, want a timeout", err)
+	}
 }

@@ -9,17 +9,26 @@ func KeySlot(key string) uint16 { return keySlot(key) }
 // knows that the next calls queue.
 const MaxInFlight = maxInFlight
 
-// QueueState returns how many calls wait in the queue of s, a Node or a
-// Cluster, and how many round trips it has under way.
+// QueueState returns how many calls wait in the queues of s, a Node or a
+// Cluster (one queue per master), and how many round trips they have under
+// way.
 func QueueState(s limiter.Store) (queued, inFlight int) {
-	var q *queue
+	var qs []*queue
 	switch s := s.(type) {
 	case *Node:
-		q = s.queue
+		qs = append(qs, s.queue)
 	case *Cluster:
-		q = s.queue
+		s.mu.Lock()
+		for _, q := range s.queues {
+			qs = append(qs, q)
+		}
+		s.mu.Unlock()
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending), q.inFlight
+	for _, q := range qs {
+		q.mu.Lock()
+		queued += len(q.pending)
+		inFlight += q.inFlight
+		q.mu.Unlock()
+	}
+	return queued, inFlight
 }
