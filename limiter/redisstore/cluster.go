@@ -140,9 +140,9 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 
 // send runs the groups' script calls, each through the queue of the master
 // that serves its slot, all masters at once, and returns the groups' parts
-// with their replies, or errors. A master's queue that gives up on a call
-// (its context ended while queued) keeps the call: its groups get the
-// context's error and copies of nothing the queue may still write.
+// with their replies or errors. A call given up on while queued (its
+// context ended) stays its queue's: its groups get the context's error,
+// and nothing of the call is read.
 func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups []group) ([]part, error) {
 	type nodeCall struct {
 		q      *queue

@@ -13,11 +13,13 @@ import (
 // A store's decisions in flight share script calls. A call that finds no
 // round trip under way is sent at once, by its caller, as without sharing:
 // nothing waits on a timer. The calls that arrive meanwhile queue, and
-// when the round trip comes back they go together, in one script call per hash slot (one on a single node) that
-// runs their batches one after the other, each batch still all or nothing
-// on its own (batchLua). Redis's cost is mostly per script call, not per
-// bucket, so under load its CPU per decision falls several times, and
-// this process makes one write and one read for many decisions; at low
+// when the round trip comes back they go together, in one script call per
+// hash slot (one on a single node) that runs their batches one after the
+// other, each batch still all or nothing on its own (batchLua). A script
+// call costs Redis a fixed amount beyond the work on its buckets, which
+// pipelining alone does not save, so under load Redis's CPU per decision
+// falls (by a third under make bench, docs/performance.md), and this
+// process makes one write and one read for many decisions; at low
 // concurrency nothing waits and nothing changes hands.
 //
 // What a call sees is unchanged: its own reply or error, within its own
@@ -25,7 +27,7 @@ import (
 // context's error and is dropped if it has not been sent yet; once sent it
 // may have run, as a call that timed out on the wire always may have.
 const (
-	// maxInFlight is how many round trips a store has on the wire at
+	// maxInFlight is how many round trips a queue has on the wire at
 	// once. With two, each carries about half the decisions that one
 	// would, for no more throughput under load: measured with 64
 	// goroutines, one cost Redis about 8% and this process about 15%
