@@ -39,6 +39,12 @@
 # FCALL in INFO commandstats, over the run) and the script calls per
 # request, which is above 1 when another client of the same Redis called
 # scripts meanwhile, and denied-cache hits per request (from /metrics).
+# With a private redis-server, two more: the CPU time the whole Redis
+# process used per request (utime+stime from /proc, so reading and writing
+# the sockets included), and the script calls per socket read Redis made
+# (total_reads_processed of INFO stats): about the script calls per round
+# trip. Below the medians, every round's row, with its ratio to the
+# ceiling of the same round, shows the spread.
 #
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
@@ -159,17 +165,20 @@ for store in $STORES; do
 	esac
 done
 
-# script_stats URL prints "calls usec" of the script commands Redis has run.
+# script_stats URL prints "calls usec reads" of the script commands Redis
+# has run and of the socket reads it has made.
 script_stats() {
-	redis-cli -u "$1" info commandstats |
+	redis-cli -u "$1" info all | tr -d '\r' |
 		awk -F'[:,=]' '$1 ~ /^cmdstat_(evalsha|eval|evalsha_ro|eval_ro|fcall|fcall_ro)$/ {c += $3; u += $5}
-			END {print c + 0, u + 0}'
+			$1 == "total_reads_processed" {r = $2 + 0}
+			END {print c + 0, u + 0, r + 0}'
 }
 
 # run ROUND TARGET warms the target up, then measures it, and appends a
 # row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
 # per request, Redis µs per script call and script calls per request (or
-# -), denied-cache hits per request (or -).
+# -), denied-cache hits per request (or -), Redis process µs per request
+# and script calls per socket read (or -, without a private redis-server).
 run() {
 	local round=$1 t=$2 n=1 kind=allowed expect=true
 	if [ "$t" != ceiling ]; then
@@ -177,27 +186,33 @@ run() {
 		n=${sc%%-*} kind=${sc#*-}
 		[ "$kind" = denied ] && expect=false
 	fi
-	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 c1=0 u1=0 hits0=- hits1=-
+	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 r0=0 c1=0 u1=0 r1=0 hits0=- hits1=- rcpu0=0 rcpu1=0 own=
+	[ -n "${REDIS[$t]}" ] && [ -n "$REDIS_PID" ] && own=1
 	read -r _ _ _ _ bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$WARMUP" "$n" "$kind" "$IDS" any)
 	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors ($kinds)" >&2; status=1; }
 	cpu0=$(cpu_ticks "${PID[$t]}")
-	[ -n "${REDIS[$t]}" ] && read -r c0 u0 < <(script_stats "${REDIS[$t]}")
+	[ -n "${REDIS[$t]}" ] && read -r c0 u0 r0 < <(script_stats "${REDIS[$t]}")
+	[ -n "$own" ] && rcpu0=$(cpu_ticks "$REDIS_PID")
 	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
 	read -r req secs p50 p99 bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$DURATION" "$n" "$kind" "$IDS" "$expect")
 	cpu1=$(cpu_ticks "${PID[$t]}")
-	[ -n "${REDIS[$t]}" ] && read -r c1 u1 < <(script_stats "${REDIS[$t]}")
+	[ -n "${REDIS[$t]}" ] && read -r c1 u1 r1 < <(script_stats "${REDIS[$t]}")
+	[ -n "$own" ] && rcpu1=$(cpu_ticks "$REDIS_PID")
 	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
 	if [ "$bad" != 0 ] || [ "$wrong" != 0 ] || [ "$sock" != 0 ]; then
 		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
 		status=1
 	fi
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
-		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" 'BEGIN {
-		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
+		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" \
+		-v own="$own" -v rcpu=$((rcpu1 - rcpu0)) -v reads=$((r1 - r0)) 'BEGIN {
+		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
 			req ? cpu / tick * 1e6 / req : 0,
 			redis == "" ? "-" : (calls ? sprintf("%.1f", usec / calls) : "none"),
 			redis == "" ? "-" : sprintf("%.2f", req ? calls / req : 0),
-			h0 == "-" ? "-" : sprintf("%.2f", req ? (h1 - h0) / req : 0)
+			h0 == "-" ? "-" : sprintf("%.2f", req ? (h1 - h0) / req : 0),
+			own == "" ? "-" : sprintf("%.1f", req ? rcpu / tick * 1e6 / req : 0),
+			own == "" ? "-" : sprintf("%.2f", reads ? calls / reads : 0)
 	}' >>"$RESULTS"
 }
 
@@ -228,12 +243,20 @@ echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ 
 echo
 ceiling=$(median ceiling 3)
 {
-	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\n'
+	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\tRedis µs CPU/request\tscript calls/read\n'
 	for t in "${TARGETS[@]}"; do
 		rps=$(median "$t" 3)
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
 			"$(awk -v a="$rps" -v b="$ceiling" 'BEGIN {printf "%.2f", b ? a / b : 0}')" \
-			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)"
+			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
 	done
+} | column -t -s $'\t'
+echo
+echo "each round:"
+{
+	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
+	awk -F'\t' '{row[NR] = $0; if ($1 == "ceiling") c[$2] = $3}
+		END {for (i = 1; i <= NR; i++) {split(row[i], f, "\t")
+			printf "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", f[1], f[2], f[3], c[f[2]] ? f[3] / c[f[2]] : 0, f[6], f[10], f[8]}}' "$RESULTS"
 } | column -t -s $'\t'
 exit $status

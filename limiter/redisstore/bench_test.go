@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -101,7 +105,9 @@ func benchApply(b *testing.B, s limiter.Store, op limiter.Op, trips *roundTrips,
 
 // BenchmarkSpendConcurrent measures spends of one bucket from many
 // goroutines at once, as the service makes them under load, each on its
-// own bucket; cpu-ns/op is the process's CPU time per spend.
+// own bucket, on a private server; cpu-ns/op is this process's CPU time
+// per spend, redis-cpu-ns/op the server's (INFO cpu), and spends/script
+// how many spends a script call carried.
 func BenchmarkSpendConcurrent(b *testing.B) {
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) { benchConcurrent(b, n) })
@@ -109,7 +115,12 @@ func BenchmarkSpendConcurrent(b *testing.B) {
 }
 
 func benchConcurrent(b *testing.B, goroutines int) {
-	client := testenv.Redis(b)
+	opts, err := redisstore.ParseURL("redis://" + testenv.RedisServer(b).Addr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := redis.NewUniversalClient(opts)
+	b.Cleanup(func() { _ = client.Close() })
 	s := redisstore.New(client, benchOptions())
 	ctx := context.Background()
 	var worker atomic.Int64
@@ -119,6 +130,7 @@ func benchConcurrent(b *testing.B, goroutines int) {
 	}
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
+	server := serverStats(b, client)
 	cpu := testenv.CPUTime()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -134,4 +146,36 @@ func benchConcurrent(b *testing.B, goroutines int) {
 	})
 	b.StopTimer()
 	testenv.ReportCPU(b, cpu)
+	after := serverStats(b, client)
+	b.ReportMetric(float64((after.cpu-server.cpu).Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
+	b.ReportMetric(float64(b.N)/float64(after.scripts-server.scripts), "spends/script")
+}
+
+// stats are a server's CPU time and script calls so far.
+type stats struct {
+	cpu     time.Duration
+	scripts int64
+}
+
+func serverStats(b *testing.B, client redis.UniversalClient) stats {
+	info, err := client.InfoMap(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st stats
+	for _, name := range []string{"used_cpu_sys", "used_cpu_user"} {
+		sec, err := strconv.ParseFloat(info["CPU"][name], 64)
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		st.cpu += time.Duration(sec * float64(time.Second))
+	}
+	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		// calls=N,usec=...
+		calls, _, _ := strings.Cut(strings.TrimPrefix(info["Commandstats"][name], "calls="), ",")
+		if n, err := strconv.ParseInt(calls, 10, 64); err == nil {
+			st.scripts += n
+		}
+	}
+	return st
 }

@@ -1,9 +1,12 @@
 package redisstore
 
 // Redis Cluster lets a script touch the keys of one hash slot only, so on a
-// Cluster a batch is split into one group per slot and the script runs once
-// per group, all groups in one pipeline (go-redis sends each node its part
-// at the same time). What remains atomic:
+// Cluster a batch is split into one group per slot. Each master has a queue
+// of its own, so that a stalled master holds up only the calls that wait
+// for it; a master's queue joins the groups of the calls in flight by
+// slot, one script call per slot, and sends them in one pipeline. A batch
+// on several masters waits for each master's round trip, made at the same
+// time. What remains atomic:
 //
 //   - Within a slot, everything: a group is read, decided and written in one
 //     step, as on a single node. A batch whose keys share a slot, such as a
@@ -32,6 +35,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,13 +48,18 @@ import (
 type Cluster struct {
 	config
 	client *redis.ClusterClient
+
+	mu sync.Mutex
+	// queues holds a queue per master address, made when a call first
+	// goes there: as many as the Cluster has had masters.
+	queues map[string]*queue
 }
 
 var _ limiter.Store = (*Cluster)(nil)
 
 // NewCluster returns a Cluster on client; New says what it needs of it.
 func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
-	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client}
+	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queues: map[string]*queue{}}
 }
 
 // Apply implements limiter.Store, as the comment at the top of this file
@@ -71,28 +80,25 @@ func (s *Cluster) Apply(ctx context.Context, op limiter.Op, now time.Time, batch
 
 func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch []limiter.Bucket) (bool, error) {
 	groups := s.groups(batch)
+	parts, err := s.send(ctx, op, nowUS, groups)
+	if err != nil {
+		return false, err
+	}
 	if len(groups) == 1 {
 		// One slot: as atomic as on a single node.
-		cmds := evalPipelined(ctx, s.client, []scriptRun{s.run(scriptRun{}, op, nowUS, batch)}, nil)
-		reply, err := cmds[0].Int64Slice()
-		if err != nil {
-			return false, err
+		if parts[0].err != nil {
+			return false, parts[0].err
 		}
-		return decide(op, nowUS, reply, batch)
+		return decide(op, nowUS, parts[0].reply, parts[0].run.keys, batch)
 	}
-	runs := make([]scriptRun, len(groups))
-	for i, g := range groups {
-		runs[i] = s.run(scriptRun{}, op, nowUS, g.batch)
-	}
-	cmds := evalPipelined(ctx, s.client, runs, nil)
 	errs := make([]error, len(groups))
 	denied := false
 	var undo []limiter.Bucket
 	for i, g := range groups {
-		reply, err := cmds[i].Int64Slice()
-		written := false
+		pt := &parts[i]
+		written, err := false, pt.err
 		if err == nil {
-			written, err = decide(op, nowUS, reply, g.batch)
+			written, err = decide(op, nowUS, pt.reply, pt.run.keys, g.batch)
 		}
 		errs[i] = err
 		for j, p := range g.pos {
@@ -115,7 +121,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 	}
 	// The decisions on the whole batch, from the TATs the slots read.
 	commit := limiter.StepBatch(op, nowUS, batch)
-	err := slotErrors(errs)
+	err = slotErrors(errs)
 	if op != limiter.Spend || !denied && err == nil {
 		return commit && err == nil, err
 	}
@@ -130,6 +136,70 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 		return false, nil
 	}
 	return false, err
+}
+
+// send runs the groups' script calls, each through the queue of the master
+// that serves its slot, all masters at once, and returns the groups' parts
+// with their replies or errors. A call given up on while queued (its
+// context ended) stays its queue's: its groups get the context's error,
+// and nothing of the call is read.
+func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups []group) ([]part, error) {
+	type nodeCall struct {
+		q      *queue
+		call   *scriptCall
+		groups []int
+		err    error
+	}
+	var calls []*nodeCall
+	for i, g := range groups {
+		run := s.run(scriptRun{}, op, nowUS, g.batch)
+		q, err := s.queueFor(ctx, run.keys[0])
+		if err != nil {
+			return nil, err
+		}
+		j := slices.IndexFunc(calls, func(c *nodeCall) bool { return c.q == q })
+		if j < 0 {
+			j = len(calls)
+			calls = append(calls, &nodeCall{q: q, call: &scriptCall{ctx: ctx, done: make(chan struct{}, 1)}})
+		}
+		c := calls[j]
+		c.call.parts = append(c.call.parts, part{slot: g.slot, run: run})
+		c.groups = append(c.groups, i)
+	}
+	var wg sync.WaitGroup
+	for _, c := range calls[1:] {
+		wg.Go(func() { _, c.err = c.q.do(c.call) })
+	}
+	_, calls[0].err = calls[0].q.do(calls[0].call)
+	wg.Wait()
+	parts := make([]part, len(groups))
+	for _, c := range calls {
+		for j, i := range c.groups {
+			if c.err != nil {
+				parts[i].err = c.err
+				continue
+			}
+			parts[i] = c.call.parts[j]
+		}
+	}
+	return parts, nil
+}
+
+// queueFor returns the queue of the master that serves key's slot.
+func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
+	master, err := s.client.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	addr := master.Options().Addr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[addr]
+	if q == nil {
+		q = &queue{client: s.client}
+		s.queues[addr] = q
+	}
+	return q, nil
 }
 
 // Reset implements limiter.Store, with one DEL per slot.
@@ -221,6 +291,7 @@ func bySlot(keys []string) [][]int {
 // group is the part of a batch in one hash slot, which one script call
 // handles.
 type group struct {
+	slot uint16
 	// batch holds copies of the buckets; pos[j] is where batch[j] is in
 	// the caller's batch.
 	batch []limiter.Bucket
@@ -235,7 +306,7 @@ func (s *Cluster) groups(batch []limiter.Bucket) []group {
 	}
 	var groups []group
 	for _, pos := range bySlot(keys) {
-		g := group{pos: pos}
+		g := group{slot: keySlot(keys[pos[0]]), pos: pos}
 		for _, i := range pos {
 			g.batch = append(g.batch, batch[i])
 		}

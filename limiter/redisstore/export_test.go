@@ -1,4 +1,34 @@
 package redisstore
 
+import "github.com/ratelimitd/ratelimitd/limiter"
+
 // KeySlot exposes keySlot to the tests of the package's API.
 func KeySlot(key string) uint16 { return keySlot(key) }
+
+// MaxInFlight exposes maxInFlight: a test that holds that many round trips
+// knows that the next calls queue.
+const MaxInFlight = maxInFlight
+
+// QueueState returns how many calls wait in the queues of s, a Node or a
+// Cluster (one queue per master), and how many round trips they have under
+// way.
+func QueueState(s limiter.Store) (queued, inFlight int) {
+	var qs []*queue
+	switch s := s.(type) {
+	case *Node:
+		qs = append(qs, s.queue)
+	case *Cluster:
+		s.mu.Lock()
+		for _, q := range s.queues {
+			qs = append(qs, q)
+		}
+		s.mu.Unlock()
+	}
+	for _, q := range qs {
+		q.mu.Lock()
+		queued += len(q.pending)
+		inFlight += q.inFlight
+		q.mu.Unlock()
+	}
+	return queued, inFlight
+}

@@ -32,7 +32,7 @@ func NewNode(client redis.UniversalClient, opts Options) *Node {
 		contextTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	s := &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
-	s.calls.New = func() any { return &scriptCall{done: make(chan struct{}, 1)} }
+	s.calls.New = func() any { return &scriptCall{parts: make([]part, 1), done: make(chan struct{}, 1)} }
 	return s
 }
 
@@ -45,16 +45,20 @@ func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []
 	var commit bool
 	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
 		c := s.calls.Get().(*scriptCall)
-		c.ctx, c.run = ctx, s.run(c.run, op, nowUS, batch)
+		pt := &c.parts[0]
+		c.ctx, pt.run = ctx, s.run(pt.run, op, nowUS, batch)
 		mine, err := s.queue.do(c)
 		if err == nil {
-			commit, err = decide(op, nowUS, c.reply, batch)
+			err = pt.err
+		}
+		if err == nil {
+			commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch)
 		}
 		if mine {
 			// The call keeps its buffers, not what they point to.
-			clear(c.run.keys)
-			clear(c.run.args)
-			c.ctx, c.reply, c.err = nil, nil, nil
+			clear(pt.run.keys)
+			clear(pt.run.args)
+			c.ctx, c.err, pt.reply, pt.err = nil, nil, nil, nil
 			s.calls.Put(c)
 		}
 		return err

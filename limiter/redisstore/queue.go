@@ -2,49 +2,70 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// A Node's script calls queue when they come faster than the wire takes
-// them, and the queue goes as one pipeline. A call that finds fewer
-// than maxInFlight round trips under way is sent at once, by its caller,
-// as without pipelining; the calls that arrive meanwhile queue, and go
-// together as soon as a round trip comes back, in one write and one read,
-// each still its own atomic script run. Under load one system call then
-// serves many decisions, in this process and in Redis, where a write and a
-// read per call cost more than the script; at low concurrency nothing
-// waits and nothing changes hands.
+// A store's decisions in flight share script calls. A call that finds no
+// round trip under way is sent at once, by its caller, as without sharing:
+// nothing waits on a timer. The calls that arrive meanwhile queue, and
+// when the round trip comes back they go together, in one script call per
+// hash slot (one on a single node) that runs their batches one after the
+// other, each batch still all or nothing on its own (batchLua). A script
+// call costs Redis a fixed amount beyond the work on its buckets, which
+// pipelining alone does not save, so under load Redis's CPU per decision
+// falls (by a third under make bench, docs/performance.md), and this
+// process makes one write and one read for many decisions; at low
+// concurrency nothing waits and nothing changes hands.
 //
 // What a call sees is unchanged: its own reply or error, within its own
 // deadline. A call whose context ends while it waits returns the
 // context's error and is dropped if it has not been sent yet; once sent it
 // may have run, as a call that timed out on the wire always may have.
 const (
-	// maxInFlight is how many round trips a Node has on the wire at
-	// once, each on its own connection: with one, two concurrent calls
-	// wait for each other; more gain nothing under load
-	// (BenchmarkSpendConcurrent).
-	maxInFlight = 2
-	// maxPipeline bounds the calls of one pipeline, and so the wait of the
-	// calls behind them.
+	// maxInFlight is how many round trips a queue has on the wire at
+	// once. With two, each carries about half the decisions that one
+	// would, for no more throughput under load: measured with 64
+	// goroutines, one cost Redis about 8% and this process about 15%
+	// less CPU per decision (docs/performance.md).
+	maxInFlight = 1
+	// maxPipeline bounds the calls of one round trip, and so the wait of
+	// the calls behind them.
 	maxPipeline = 128
+	// maxScriptKeys bounds the keys of one script call, and so how long
+	// it holds Redis, which runs nothing else meanwhile; a batch larger
+	// than this goes alone.
+	maxScriptKeys = 128
 )
 
-// scriptCall is one script run. The caller owns it until it queues it;
-// then the queue owns it until it signals done, and may fill reply and err
-// until then. A Node reuses the calls it owns again, and their buffers.
-type scriptCall struct {
-	// ctx is the caller's: a call whose context has ended by the time its
-	// pipeline is sent is not sent.
-	ctx   context.Context
-	run   scriptRun
+// part is one batch of a call, all of whose keys are in one hash slot.
+type part struct {
+	slot uint16
+	run  scriptRun
+	// reply and err are set by the queue: the batch's status and TATs
+	// (decide reads them), or the error of its script call.
 	reply []int64
 	err   error
-	// done receives one value when reply and err are set; it is buffered
-	// so that the pipeline never waits for a caller that gave up.
+}
+
+// scriptCall is one decision's batch: one part on a single node, one per
+// slot on a Cluster. The caller owns it until it queues it; then the queue
+// owns it until it signals done, and may set the parts' replies and
+// errors until then. A Node reuses the calls it owns again, and their
+// buffers.
+type scriptCall struct {
+	// ctx is the caller's: a call whose context has ended by the time its
+	// round trip is sent is not sent.
+	ctx   context.Context
+	parts []part
+	// err is the context's error when the call was not sent.
+	err error
+	// done receives one value when the parts' replies are set; it is
+	// buffered so that the queue never waits for a caller that gave up.
 	done chan struct{}
 }
 
@@ -58,13 +79,14 @@ type queue struct {
 	// inFlight counts the round trips under way: callers sending their
 	// own call, and goroutines sending what was queued, at most
 	// maxInFlight. The goroutines exit when nothing is queued, so an idle
-	// Store holds none.
+	// store holds none.
 	inFlight int
 }
 
 // do sends c, or queues it when the wire is full, and waits for its reply
 // or for its context to end. It reports whether c is the caller's again:
-// a call given up on while queued still belongs to the queue.
+// a call given up on while queued still belongs to the queue. The error is
+// the context's; each part carries the error of its script call.
 func (p *queue) do(c *scriptCall) (bool, error) {
 	if err := c.ctx.Err(); err != nil {
 		return true, err
@@ -73,7 +95,7 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
-		var buf pipelineBuf
+		var buf roundTrip
 		calls := [1]*scriptCall{c}
 		p.run(c.ctx, calls[:], &buf)
 		<-c.done
@@ -99,18 +121,25 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	}
 }
 
-// pipelineBuf is the memory of one pipeline, reused by the next.
-type pipelineBuf struct {
+// roundTrip is the memory of one round trip, reused by the next.
+type roundTrip struct {
+	parts []*part
+	// runs are the script calls; the parts of runs[i] are
+	// parts[ends[i-1]:ends[i]].
 	runs []scriptRun
+	ends []int
 	cmds []*redis.Cmd
+	// keys and args hold the runs that join several parts.
+	keys []string
+	args []any
 }
 
-// send sends what is queued, a pipeline at a time, until nothing is. It
+// send sends what is queued, a round trip at a time, until nothing is. It
 // runs as one of the round trips inFlight counts.
 func (p *queue) send() {
 	var (
 		calls []*scriptCall
-		buf   pipelineBuf
+		buf   roundTrip
 	)
 	for {
 		p.mu.Lock()
@@ -131,10 +160,10 @@ func (p *queue) send() {
 	}
 }
 
-// runQueued sends queued calls in one pipeline, which lasts as long as the
-// most patient of them; each caller stops waiting at its own deadline.
-func (p *queue) runQueued(calls []*scriptCall, buf *pipelineBuf) {
-	// Every call's context has a deadline: the Store's calls are bounded.
+// runQueued sends queued calls in one round trip, which lasts as long as
+// the most patient of them; each caller stops waiting at its own deadline.
+func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
+	// Every call's context has a deadline: the stores' calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
 		if d, _ := c.ctx.Deadline(); d.After(deadline) {
@@ -146,31 +175,94 @@ func (p *queue) runQueued(calls []*scriptCall, buf *pipelineBuf) {
 	p.run(ctx, calls, buf)
 }
 
-// run sends calls in one pipeline under ctx, then hands every call its
-// result. Calls whose context has ended are answered with its error
-// and not sent.
-func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *pipelineBuf) {
-	live := calls[:0]
+// run sends calls in one round trip under ctx, their parts joined into one
+// script call per slot and at most maxScriptKeys keys, then hands every
+// call its results. Calls whose context has ended are answered with its
+// error and not sent.
+func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
+	buf.parts = buf.parts[:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.err = err
 			c.done <- struct{}{}
 			continue
 		}
-		live = append(live, c)
+		for i := range c.parts {
+			buf.parts = append(buf.parts, &c.parts[i])
+		}
 	}
-	if len(live) == 0 {
+	if len(buf.parts) == 0 {
 		return
 	}
-	buf.runs = buf.runs[:0]
-	for _, c := range live {
-		buf.runs = append(buf.runs, c.run)
-	}
+	buf.join()
 	buf.cmds = evalPipelined(ctx, p.client, buf.runs, buf.cmds)
-	for i, c := range live {
-		c.reply, c.err = buf.cmds[i].Int64Slice()
-		c.done <- struct{}{}
+	from := 0
+	for i, cmd := range buf.cmds {
+		split(cmd, buf.parts[from:buf.ends[i]])
+		from = buf.ends[i]
 	}
+	for _, c := range calls {
+		if c.err == nil {
+			c.done <- struct{}{}
+		}
+	}
+	clear(buf.parts)
 	clear(buf.runs)
 	clear(buf.cmds)
+	clear(buf.keys)
+	clear(buf.args)
+}
+
+// join orders the parts by slot, keeping their order within a slot, and
+// makes their script calls: one per slot, or more where a slot's parts
+// exceed maxScriptKeys.
+func (buf *roundTrip) join() {
+	slices.SortStableFunc(buf.parts, func(a, b *part) int { return int(a.slot) - int(b.slot) })
+	buf.runs, buf.ends = buf.runs[:0], buf.ends[:0]
+	buf.keys, buf.args = buf.keys[:0], buf.args[:0]
+	for i := 0; i < len(buf.parts); {
+		first := buf.parts[i]
+		j, keys := i+1, len(first.run.keys)
+		for j < len(buf.parts) && buf.parts[j].slot == first.slot && keys+len(buf.parts[j].run.keys) <= maxScriptKeys {
+			keys += len(buf.parts[j].run.keys)
+			j++
+		}
+		run := first.run
+		if j > i+1 {
+			// One part is sent as it is; several one after the other.
+			k, a := len(buf.keys), len(buf.args)
+			for _, pt := range buf.parts[i:j] {
+				buf.keys = append(buf.keys, pt.run.keys...)
+				buf.args = append(buf.args, pt.run.args...)
+			}
+			run = scriptRun{keys: buf.keys[k:], args: buf.args[a:]}
+		}
+		buf.runs = append(buf.runs, run)
+		buf.ends = append(buf.ends, j)
+		i = j
+	}
+}
+
+// split hands each part of a script call its share of the reply: its
+// status and one TAT per key, in order.
+func split(cmd *redis.Cmd, parts []*part) {
+	reply, err := cmd.Int64Slice()
+	if err == nil {
+		n := 0
+		for _, pt := range parts {
+			n += 1 + len(pt.run.keys)
+		}
+		if n != len(reply) {
+			err = fmt.Errorf("the script answered %d values for %d batches of %d values", len(reply), len(parts), n)
+		}
+	}
+	for _, pt := range parts {
+		if err != nil {
+			pt.reply, pt.err = nil, err
+			continue
+		}
+		n := 1 + len(pt.run.keys)
+		pt.reply, pt.err = reply[:n:n], nil
+		reply = reply[n:]
+	}
 }

@@ -22,8 +22,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	client := testenv.Redis(t)
 	var trips roundTrips
 	client.AddHook(&trips)
-	// A slow wire, so that calls certainly arrive while two round trips
-	// are under way, and must share the next.
+	// A slow wire, so that calls certainly arrive while round trips are
+	// under way, and must share the next.
 	client.AddHook(slowPipelines{})
 	s := redisstore.New(client, redisstore.Options{Prefix: prefix(t, client), Timeout: patient})
 	ctx := context.Background()

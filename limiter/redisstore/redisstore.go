@@ -2,23 +2,24 @@
 // the service shares them: limiter.Stores on go-redis v9, Node for a single
 // node or a Sentinel-managed primary, Cluster for a Redis Cluster.
 //
-// Each call runs one Lua script that reads every bucket of the batch,
-// applies the step of limiter.StepBatch and writes the new TATs,
-// atomically and in one round trip; the store then computes each bucket's
-// decision from the TATs the script read, with limiter.StepBatch itself,
-// and checks that it agrees with the script. On a single node the calls
-// made at the same time share round trips (queue.go). A TAT is stored as a
-// decimal string of Unix microseconds under Prefix + bucket key, and the
-// key expires when its bucket is full again (plus ExpiryMargin), so an idle
-// bucket costs no memory.
+// Each call's batch is read, decided by the step of limiter.StepBatch and
+// written by one Lua script, atomically; the store then computes each
+// bucket's decision from the TATs the script read, with limiter.StepBatch
+// itself, and checks that it agrees with the script. The calls made at the
+// same time share script calls and round trips (queue.go): one script call
+// runs the batches of many calls one after the other, each as atomic as
+// alone. A TAT is stored as a decimal string of Unix microseconds under
+// Prefix + bucket key, and the key expires when its bucket is full again
+// (plus ExpiryMargin), so an idle bucket costs no memory.
 //
 // On a Redis Cluster a script can only touch one hash slot, so a batch
-// whose keys span slots is split into one script call per slot, sent in
-// one pipeline. Each slot stays atomic, and a spend across slots still
-// never admits more than a limit allows: when one slot denies, the slots
-// already spent are refunded, and until then concurrent requests on those
-// buckets may be denied spuriously. cluster.go states the details. A
-// Prefix with a hash tag keeps every batch in one slot, and atomic.
+// whose keys span slots is split into one part per slot, each part going
+// into its slot's script call, all of them sent in one pipeline. Each slot
+// stays atomic, and a spend across slots still never admits more than a
+// limit allows: when one slot denies, the slots already spent are
+// refunded, and until then concurrent requests on those buckets may be
+// denied spuriously. cluster.go states the details. A Prefix with a hash
+// tag keeps every batch in one slot, and atomic.
 package redisstore
 
 import (

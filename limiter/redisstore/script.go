@@ -10,12 +10,17 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// batchLua reads and writes one batch of buckets in one atomic step: the
-// GCRA steps of limiter.SpendStep, RefundStep and SettleStep, line for
-// line, run where the TATs are, so that a request costs one round trip and
-// no other request can come between the read and the write. It returns
-// only what was read and whether it wrote; the store computes the
-// decisions in Go from that.
+// batchLua runs one or more batches of buckets, one after the other, each
+// in one atomic step: the GCRA steps of limiter.SpendStep, RefundStep and
+// SettleStep, line for line, run where the TATs are, so that no other
+// request can come between a batch's read and its write. The batches of
+// one call are independent requests that the store sent together (queue.go):
+// each is all or nothing on its own, exactly as if it were alone, and a
+// batch sees what the batches before it in the call wrote, as it would
+// had they been separate calls in that order. Each batch brings its own
+// now, the time its request was decided at. The script returns only what
+// was read and whether it wrote; the store computes the decisions in Go
+// from that.
 //
 // Lua numbers are doubles. Every integer formed here is exact: TATs and
 // now are below 2^53 µs (year 2255) and run at most 2·burst·T, below 200
@@ -26,33 +31,18 @@ import (
 // exactly (tostring would give "1.7e+15" and lose digits; TestStoredForm
 // checks the stored form).
 //
-// KEYS: the buckets' keys.
-// ARGV[1]: the operation, "check", "spend", "refund" or "settle". Except
-// for a check, ARGV[2] is now and ARGV[3] the expiry margin, both in µs,
-// then four values per key: the interval T in µs, the burst, the cost (for
-// a settle, actual - reserved, which may be negative) and "1" for a shadow
-// bucket.
-// Returns {1 when the batch was written, else 0; then the TAT read of each
-// key, 0 when absent}.
+// KEYS: the keys of every batch, batch after batch.
+// ARGV: per batch, the operation ("check", "spend", "refund" or "settle")
+// and its number of keys n; except for a check, then now and the expiry
+// margin, both in µs, and four values per key: the interval T in µs, the
+// burst, the cost (for a settle, actual - reserved, which may be negative)
+// and "1" for a shadow bucket.
+// Returns, per batch: 1 when it was written, 0 when not, -1 when a key
+// holds something that is no TAT (the batch is then left alone, and the
+// key's TAT is -1); then the TAT read of each key, 0 when absent.
 const batchLua = `
-local op = ARGV[1]
-local reply = {0}
-for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  local tat = 0
-  if v then
-    tat = tonumber(v)
-    if not tat then
-      return redis.error_reply('ERR ratelimitd: ' .. key .. ' holds no TAT')
-    end
-  end
-  reply[i + 1] = tat
-end
-if op == 'check' then
-  return reply
-end
-
-local now, margin = tonumber(ARGV[2]), tonumber(ARGV[3])
+local reply = {}
+local now, margin
 
 -- The key lives until its bucket is full again, plus the margin that
 -- covers the skew between our clocks and the server's. Redis writes a
@@ -75,57 +65,96 @@ local function refund(key, t, interval, cost)
   end
 end
 
-if op == 'spend' then
-  local spent = {}
-  for i = 1, #KEYS do
-    local a = 4 * i
-    local interval, burst, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local t = math.max(reply[i + 1], now)
-    -- A cost above the burst, which includes any cost on burst 0, is
-    -- denied first; below it, cost * interval is at most the offset.
-    local allowed = cost <= burst and t + cost * interval - now <= burst * interval
-    if allowed and cost > 0 then
-      spent[i] = t + cost * interval
-    elseif not allowed and ARGV[a + 3] ~= '1' then
-      return reply
-    end
-  end
-  for i, tat in pairs(spent) do
-    put(KEYS[i], tat)
-  end
-elseif op == 'refund' or op == 'settle' then
-  for i, key in ipairs(KEYS) do
-    local a = 4 * i
-    local interval, burst, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local t = math.max(reply[i + 1], now)
-    if burst > 0 and op == 'settle' and cost > 0 then
-      -- The excess is charged past empty, up to one burst of debt.
-      local limit = now + 2 * burst * interval
-      if t < limit then
-        local room = limit - t
-        if cost > room or cost * interval > room then
-          put(key, limit)
-        else
-          put(key, t + cost * interval)
-        end
+-- run runs the batch of op on the n keys after KEYS[k], whose now is
+-- ARGV[a], and appends its status and TATs to reply.
+local function run(op, k, n, a)
+  local at = #reply + 1
+  reply[at] = 0
+  local bad = false
+  for i = 1, n do
+    -- pcall: a key of another type is this batch's error, not the call's.
+    local v = redis.pcall('GET', KEYS[k + i])
+    local tat = 0
+    if v then
+      tat = tonumber(v)
+      if not tat then
+        tat, bad = -1, true
       end
-    elseif burst > 0 and cost < 0 then
-      refund(key, t, interval, -cost)
-    elseif burst > 0 and op == 'refund' and cost > 0 then
-      refund(key, t, interval, cost)
+    end
+    reply[at + i] = tat
+  end
+  if bad then
+    reply[at] = -1
+    return
+  end
+  if op == 'check' then
+    return
+  end
+  now, margin = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if op == 'spend' then
+    local spent = {}
+    for i = 1, n do
+      local b = a + 4 * i - 2
+      local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+      local t = math.max(reply[at + i], now)
+      -- A cost above the burst, which includes any cost on burst 0, is
+      -- denied first; below it, cost * interval is at most the offset.
+      local allowed = cost <= burst and t + cost * interval - now <= burst * interval
+      if allowed and cost > 0 then
+        spent[i] = t + cost * interval
+      elseif not allowed and ARGV[b + 3] ~= '1' then
+        return
+      end
+    end
+    for i, tat in pairs(spent) do
+      put(KEYS[k + i], tat)
+    end
+  else
+    for i = 1, n do
+      local key, b = KEYS[k + i], a + 4 * i - 2
+      local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+      local t = math.max(reply[at + i], now)
+      if burst > 0 and op == 'settle' and cost > 0 then
+        -- The excess is charged past empty, up to one burst of debt.
+        local limit = now + 2 * burst * interval
+        if t < limit then
+          local room = limit - t
+          if cost > room or cost * interval > room then
+            put(key, limit)
+          else
+            put(key, t + cost * interval)
+          end
+        end
+      elseif burst > 0 and cost < 0 then
+        refund(key, t, interval, -cost)
+      elseif burst > 0 and op == 'refund' and cost > 0 then
+        refund(key, t, interval, cost)
+      end
     end
   end
-else
-  return redis.error_reply('ERR ratelimitd: unknown operation ' .. tostring(op))
+  reply[at] = 1
 end
-reply[1] = 1
+
+local k, a = 0, 1
+while a <= #ARGV do
+  local op, n = ARGV[a], tonumber(ARGV[a + 1])
+  if op ~= 'check' and op ~= 'spend' and op ~= 'refund' and op ~= 'settle' then
+    return redis.error_reply('ERR ratelimitd: unknown operation ' .. tostring(op))
+  end
+  run(op, k, n, a + 2)
+  k, a = k + n, a + 2
+  if op ~= 'check' then
+    a = a + 2 + 4 * n
+  end
+end
 return reply
 `
 
 // script is the batch script, by its SHA-1 once the server holds it.
 var script = redis.NewScript(batchLua)
 
-// scriptRun is one run of the script.
+// scriptRun is the keys and arguments of one or more batches: one batch as
+// a store builds it, several once the queue puts them into one call.
 type scriptRun struct {
 	keys []string
 	args []any
@@ -146,7 +175,7 @@ func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bu
 	for i := range batch {
 		keys = append(keys, c.prefix+string(batch[i].Key))
 	}
-	args := append(r.args[:0], opArgs[op])
+	args := append(r.args[:0], opArgs[op], len(batch))
 	if op == limiter.Check {
 		return scriptRun{keys: keys, args: args}
 	}
@@ -166,11 +195,19 @@ func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bu
 	return scriptRun{keys: keys, args: args}
 }
 
-// decide records the TATs of the script's reply in batch and decides the
-// batch with limiter.StepBatch, which must agree with what the script did.
-func decide(op limiter.Op, nowUS int64, reply []int64, batch []limiter.Bucket) (bool, error) {
+// decide records the TATs of a batch's part of the script's reply in
+// batch, whose keys are keys, and decides the batch with
+// limiter.StepBatch, which must agree with what the script did.
+func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []limiter.Bucket) (bool, error) {
 	if len(reply) != len(batch)+1 {
 		return false, fmt.Errorf("the script answered %d values for %d buckets", len(reply), len(batch))
+	}
+	if reply[0] == -1 {
+		for i, tat := range reply[1:] {
+			if tat == -1 {
+				return false, fmt.Errorf("%s holds no TAT", keys[i])
+			}
+		}
 	}
 	for i := range batch {
 		batch[i].TAT = reply[i+1]

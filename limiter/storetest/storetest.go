@@ -54,6 +54,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OddRates", testOddRates},
 		{"ConcurrentSpends", testConcurrentSpends},
 		{"ConcurrentBatches", testConcurrentBatches},
+		{"ConcurrentDeniedBatches", testConcurrentDeniedBatches},
 		{"ConcurrentSettles", testConcurrentSettles},
 	}
 	for _, tc := range tests {
@@ -486,6 +487,48 @@ func testConcurrentBatches(t *testing.T, h Harness) {
 		if held != got {
 			t.Fatalf("%s holds %d tokens after %d admitted batches", x.Key, held, got)
 		}
+	}
+}
+
+// testConcurrentDeniedBatches: spends of one bucket race batches that hold
+// it beside an empty bucket, which are all denied; the spends alone admit
+// exactly the burst (at most, where batches are not exact), and the bucket
+// holds exactly the tokens of those admitted. A store that runs many
+// calls' batches together, as Redis does, must keep each denied batch from
+// writing its allowed bucket.
+func testConcurrentDeniedBatches(t *testing.T, h Harness) {
+	p := limiter.Params{Burst: 40, Count: 1, Period: time.Hour}
+	empty := limiter.Params{Burst: 1, Count: 1, Period: time.Hour}
+	if _, err := h.Store.Apply(context.Background(), limiter.Spend, time.Now(), []limiter.Bucket{bucket("1:empty", empty, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	var allowed, turn atomic.Int64
+	run(t, 32, 20, func() error {
+		if turn.Add(1)%2 == 0 {
+			b := []limiter.Bucket{bucket("2:shared", p, 1), bucket("1:empty", empty, 1)}
+			written, err := h.Store.Apply(context.Background(), limiter.Spend, time.Now(), b)
+			if written {
+				return fmt.Errorf("a batch with an empty bucket was written: %+v", b)
+			}
+			return err
+		}
+		b := []limiter.Bucket{bucket("2:shared", p, 1)}
+		written, err := h.Store.Apply(context.Background(), limiter.Spend, time.Now(), b)
+		if written {
+			allowed.Add(1)
+		}
+		return err
+	})
+	got := allowed.Load()
+	if got > p.Burst || h.ExactBatches && got != p.Burst {
+		t.Fatalf("spends racing denied batches against a burst of %d admitted %d (exact: %v)", p.Burst, got, h.ExactBatches)
+	}
+	b := []limiter.Bucket{bucket("2:shared", p, 0)}
+	if _, err := h.Store.Apply(context.Background(), limiter.Check, time.Now(), b); err != nil {
+		t.Fatal(err)
+	}
+	if held := (b[0].TAT - time.Now().UnixMicro() + p.Rate().Interval - 1) / p.Rate().Interval; held != got {
+		t.Fatalf("2:shared holds %d tokens after %d admitted spends", held, got)
 	}
 }
 
