@@ -8,7 +8,9 @@ import (
 	extv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -94,8 +96,91 @@ func FuzzTranslate(f *testing.F) {
 
 func TestCurrentLimitNeverPanics(t *testing.T) {
 	for _, p := range []limiter.Params{{}, {Count: 1}, {Period: time.Second}, {Count: 1 << 62, Period: 1}, {Count: 1, Period: 1 << 62}} {
-		if l := currentLimit("L", p); l.GetRequestsPerUnit() == 0 {
+		l := &rlsv3.RateLimitResponse_RateLimit{}
+		if setCurrentLimit(l, "L", p); l.GetRequestsPerUnit() == 0 {
 			t.Errorf("%+v: %v", p, l)
 		}
 	}
+}
+
+// FuzzDecodeRequest: whatever bytes protobuf reads as a RateLimitRequest,
+// the codec reads too, with the same fields that ShouldRateLimit uses.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, req := range []*rlsv3.RateLimitRequest{
+		{Domain: "d", HitsAddend: 3, Descriptors: []*extv3.RateLimitDescriptor{
+			{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: "a", Value: "v"}, {Key: "b"}}, HitsAddend: wrapperspb.UInt64(7), IsNegativeHits: true,
+				Limit: &extv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}},
+			{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}, HitsAddend: wrapperspb.UInt64(0)},
+		}},
+		{},
+	} {
+		b, err := proto.Marshal(req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		// A field given twice: the last scalar wins, messages merge.
+		f.Add(append(b, b...))
+	}
+	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x05, 0x12, 0x02, 0x1a, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want rlsv3.RateLimitRequest
+		if proto.Unmarshal(b, &want) != nil {
+			return
+		}
+		var got rlsv3.RateLimitRequest
+		if err := newCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+			t.Fatalf("protobuf reads %x as %v; the codec fails: %v", b, &want, err)
+		}
+		if w, g := usedFields(&want), usedFields(&got); !proto.Equal(w, g) {
+			t.Fatalf("%x: protobuf reads %v, the codec %v", b, w, g)
+		}
+	})
+}
+
+// usedFields is a copy of a request with only the fields ShouldRateLimit
+// reads.
+func usedFields(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitRequest {
+	out := &rlsv3.RateLimitRequest{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	for _, d := range req.GetDescriptors() {
+		c := &extv3.RateLimitDescriptor{HitsAddend: d.GetHitsAddend(), IsNegativeHits: d.GetIsNegativeHits()}
+		if c.HitsAddend != nil {
+			c.HitsAddend = wrapperspb.UInt64(c.HitsAddend.GetValue())
+		}
+		for _, e := range d.GetEntries() {
+			c.Entries = append(c.Entries, &extv3.RateLimitDescriptor_Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		out.Descriptors = append(out.Descriptors, c)
+	}
+	return out
+}
+
+// BenchmarkUnmarshal compares the codec's reading of a request of three
+// descriptors with protobuf's.
+func BenchmarkUnmarshal(b *testing.B) {
+	req := &rlsv3.RateLimitRequest{Domain: "envoy"}
+	for _, k := range []string{"remote_address", "path", "user"} {
+		req.Descriptors = append(req.Descriptors, &extv3.RateLimitDescriptor{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: k, Value: "some value of " + k}}})
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("codec", func(b *testing.B) {
+		b.ReportAllocs()
+		c := newCodec()
+		for b.Loop() {
+			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, &rlsv3.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protobuf", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := proto.Unmarshal(data, &rlsv3.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
