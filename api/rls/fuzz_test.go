@@ -1,16 +1,19 @@
 package rls
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -179,6 +182,73 @@ func BenchmarkUnmarshal(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := proto.Unmarshal(data, &rlsv3.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzMarshalResponse: the codec writes an answer of ShouldRateLimit's
+// fields byte for byte as protobuf does, and leaves one with other fields
+// to protobuf.
+func FuzzMarshalResponse(f *testing.F) {
+	f.Add(int32(1), int32(2), uint32(7), uint32(100), int32(3), "Limit", int64(59), int32(999999999), "RateLimit", `"Limit";r=7;t=59`, true, true)
+	f.Add(int32(0), int32(0), uint32(0), uint32(0), int32(0), "", int64(0), int32(0), "", "", false, false)
+	f.Add(int32(-1), int32(-5), uint32(1<<32-1), uint32(1), int32(-2), "L", int64(-1), int32(-1), "k", "v", true, false)
+	f.Fuzz(func(t *testing.T, overall, code int32, remaining, perUnit uint32, unit int32, name string, seconds int64, nanos int32, key, value string, withLimit, withReset bool) {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(code), LimitRemaining: remaining}
+		if withLimit {
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit)}
+		}
+		if withReset {
+			st.DurationUntilReset = &durationpb.Duration{Seconds: seconds, Nanos: nanos}
+		}
+		resp := &rlsv3.RateLimitResponse{
+			OverallCode:          rlsv3.RateLimitResponse_Code(overall),
+			Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{st, {Code: rlsv3.RateLimitResponse_OK}},
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: key, Value: value}, {Key: "Retry-After", Value: "1"}},
+		}
+		want, werr := proto.Marshal(resp)
+		got, gerr := newCodec().Marshal(resp)
+		if werr != nil {
+			return // not UTF-8: protobuf refuses, and ShouldRateLimit never writes such strings
+		}
+		if gerr != nil || !bytes.Equal(got.Materialize(), want) {
+			t.Fatalf("codec %x, %v; protobuf %x", got.Materialize(), gerr, want)
+		}
+		// A field the codec does not write: protobuf writes the answer.
+		resp.RawBody = []byte(value)
+		want, _ = proto.Marshal(resp)
+		if got, err := newCodec().Marshal(resp); err != nil || !bytes.Equal(got.Materialize(), want) {
+			t.Fatalf("with raw_body: codec %x, %v; protobuf %x", got.Materialize(), err, want)
+		}
+	})
+}
+
+// BenchmarkMarshal compares the codec's writing of an answer of three
+// descriptors and two headers with protobuf's.
+func BenchmarkMarshal(b *testing.B) {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: `"PerIP";q=100;w=60`}, {Key: "RateLimit", Value: `"PerIP";r=99;t=1`}}}
+	for range 3 {
+		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 99,
+			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: "PerIP", RequestsPerUnit: 100, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE},
+			DurationUntilReset: durationpb.New(600 * time.Millisecond)})
+	}
+	b.Run("codec", func(b *testing.B) {
+		b.ReportAllocs()
+		c := newCodec()
+		for b.Loop() {
+			if _, err := c.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protobuf", func(b *testing.B) {
+		b.ReportAllocs()
+		c := newCodec().CodecV2
+		for b.Loop() {
+			if _, err := c.Marshal(resp); err != nil {
 				b.Fatal(err)
 			}
 		}
