@@ -125,7 +125,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		// A field given twice: the last scalar wins, messages merge.
 		f.Add(append(b, b...))
 	}
-	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x05, 0x12, 0x02, 0x1a, 0x00})
+	// One descriptor's hits_addend twice, the second empty: merged, 5.
+	f.Add([]byte{0x12, 0x06, 0x1a, 0x02, 0x08, 0x05, 0x1a, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want rlsv3.RateLimitRequest
 		if proto.Unmarshal(b, &want) != nil {
