@@ -449,7 +449,7 @@ var units = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// setCurrentLimit states a rate of count per period in Envoy's terms: in the
+// setCurrentLimit sets out to a rate of count per period in Envoy's terms: in the
 // largest unit, no longer than the period, in which the number of requests
 // is whole (300 per 3h is 100 per HOUR, 10 per second 10 per SECOND); when
 // there is none, in the smallest unit in which it is at least 1, rounded
