@@ -310,3 +310,88 @@ func TestKeepalive(t *testing.T) {
 		}
 	}
 }
+
+// gate is a Decider whose decisions each wait until `want` of them are in
+// flight at once, then all allow: calls that the server ran one after the
+// other would never get there.
+type gate struct {
+	snap    *limiter.Snapshot
+	arrived chan struct{}
+	open    chan struct{}
+	want    int
+	once    sync.Once
+}
+
+func newGate(t *testing.T, want int) *gate {
+	t.Helper()
+	b := limiter.NewBuilder()
+	l := limiter.Limit{Name: "L", Enum: 1, IDFormat: limiter.String, Params: limiter.Params{Burst: 10, Count: 10, Period: time.Second}}
+	if err := b.PutLimit(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRule(limiter.Rule{ID: "r", Domain: "d", Limit: "L", Descriptor: []limiter.DescriptorEntry{{Key: "k"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return &gate{snap: b.Snapshot(1), arrived: make(chan struct{}, want), open: make(chan struct{}), want: want}
+}
+
+func (g *gate) Decide(ctx context.Context, _ limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error) {
+	g.arrived <- struct{}{}
+	if len(g.arrived) == g.want {
+		g.once.Do(func() { close(g.open) })
+	}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return limiter.Result{}, ctx.Err()
+	}
+	dst = dst[:0]
+	for range reqs {
+		dst = append(dst, limiter.Decision{Outcome: limiter.Outcome{Allowed: true}, Source: limiter.SourceUnlimited})
+	}
+	return limiter.Result{Allowed: true, Decisions: dst}, nil
+}
+
+func (g *gate) Snapshot() *limiter.Snapshot { return g.snap }
+
+// TestCallsBeyondTheWorkersRunAtOnce: calls in flight beyond the stream
+// workers are not queued behind them; each runs at once on a goroutine of
+// its own, so that a slow store round trip never holds up other calls.
+func TestCallsBeyondTheWorkersRunAtOnce(t *testing.T) {
+	limits := defaultConnLimits()
+	limits.workers = 2
+	const calls = 8
+	g := newGate(t, calls)
+	s := newServer(Config{Limiter: g, Observer: telemetry.New(telemetry.Config{}).Front("grpc")}, limits)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	defer s.Stop(context.Background())
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	// The deadline only ends a test that would otherwise hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*extv3.RateLimitDescriptor{{Entries: []*extv3.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.Itoa(i)}}}}}
+			res, err := client.ShouldRateLimit(ctx, req)
+			if err == nil && res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				err = errors.New(res.String())
+			}
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Errorf("%d calls in flight on %d workers: %v", calls, limits.workers, err)
+		}
+	}
+}

@@ -99,19 +99,13 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, err
 	}
 	descriptors := req.GetDescriptors()
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descriptors)),
-	}
+	r := newReply(len(descriptors))
 	if unmatched := len(descriptors) - countMatched(b.slot); unmatched > 0 {
 		s.obs.ObserveUnmatched(unmatched)
 	}
 	b.dropReplaced()
 	if len(b.reqs) == 0 {
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		}
-		return resp, nil
+		return &r.resp, nil
 	}
 	res, err := s.lim.Decide(ctx, limiter.Spend, b.reqs, b.decisions)
 	if err != nil {
@@ -125,37 +119,75 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	s.obs.ObserveDecisions(limiter.Spend, res)
 	if !res.Allowed {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i, j := range b.slot {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
 		if j < 0 || res.Degraded {
 			continue
 		}
-		d := &res.Decisions[j]
-		if !d.Allowed && !d.Shadow {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if d.Source == limiter.SourceUnlimited {
-			// As envoyproxy/ratelimit answers it: all that 32 bits hold.
-			st.LimitRemaining = math.MaxUint32
-			continue
-		}
-		st.CurrentLimit = currentLimit(d.Limit, d.Params)
-		if d.Params.Burst == 0 {
-			// Blocked: 0 requests in the unit of the override's period,
-			// as envoyproxy/ratelimit reports requests_per_unit 0.
-			st.CurrentLimit = currentLimit(d.Limit, limiter.Params{Count: 1, Period: d.Params.Period})
-			st.CurrentLimit.RequestsPerUnit = 0
-		}
-		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(d.UntilReset(limiter.Spend))
+		r.status(i, &res.Decisions[j])
 	}
 	if !s.omitHeaders {
-		resp.ResponseHeadersToAdd = headers(res)
+		r.headers(res)
 	}
-	return resp, nil
+	return &r.resp, nil
+}
+
+// reply is an answer and every message in it, allocated at once: built
+// one by one, they were three allocations a descriptor and five more.
+type reply struct {
+	resp        rlsv3.RateLimitResponse
+	descriptors []descriptorReply
+	statuses    []*rlsv3.RateLimitResponse_DescriptorStatus
+	header      [3]corev3.HeaderValue
+	headerList  [3]*corev3.HeaderValue
+}
+
+// descriptorReply is the status of a descriptor and what it points to.
+type descriptorReply struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// newReply returns an answer of n descriptors, all OK and without a limit
+// until status says otherwise.
+func newReply(n int) *reply {
+	r := &reply{descriptors: make([]descriptorReply, n), statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	r.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	for i := range r.descriptors {
+		r.descriptors[i].status.Code = rlsv3.RateLimitResponse_OK
+		r.statuses[i] = &r.descriptors[i].status
+	}
+	r.resp.Statuses = r.statuses
+	return r
+}
+
+// status fills the status of descriptor i from the decision of its bucket.
+func (r *reply) status(i int, d *limiter.Decision) {
+	dr := &r.descriptors[i]
+	st := &dr.status
+	if !d.Allowed && !d.Shadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if d.Source == limiter.SourceUnlimited {
+		// As envoyproxy/ratelimit answers it: all that 32 bits hold.
+		st.LimitRemaining = math.MaxUint32
+		return
+	}
+	if d.Params.Burst == 0 {
+		// Blocked: 0 requests in the unit of the override's period,
+		// as envoyproxy/ratelimit reports requests_per_unit 0.
+		setCurrentLimit(&dr.limit, d.Limit, limiter.Params{Count: 1, Period: d.Params.Period})
+		dr.limit.RequestsPerUnit = 0
+	} else {
+		setCurrentLimit(&dr.limit, d.Limit, d.Params)
+	}
+	st.CurrentLimit = &dr.limit
+	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	reset := d.UntilReset(limiter.Spend)
+	dr.reset.Seconds, dr.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+	st.DurationUntilReset = &dr.reset
 }
 
 // dropReplaced takes out of the batch the buckets of the limits that a
@@ -419,15 +451,15 @@ var units = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// currentLimit states a rate of count per period in Envoy's terms: in the
+// setCurrentLimit sets out to a rate of count per period in Envoy's terms: in the
 // largest unit, no longer than the period, in which the number of requests
 // is whole (300 per 3h is 100 per HOUR, 10 per second 10 per SECOND); when
 // there is none, in the smallest unit in which it is at least 1, rounded
 // down (1 per 90s is 40 per HOUR); a rate below 1 a year shows as 1 per
 // YEAR. A limit's rate is at most a million a second, which always fits
 // Envoy's 32 bits in seconds.
-func currentLimit(name string, p limiter.Params) *rlsv3.RateLimitResponse_RateLimit {
-	out := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_YEAR}
+func setCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, name string, p limiter.Params) {
+	out.Name, out.RequestsPerUnit, out.Unit = name, 1, rlsv3.RateLimitResponse_RateLimit_YEAR
 	for _, u := range units {
 		hi, lo := bits.Mul64(uint64(p.Count), uint64(u.d))
 		if hi >= uint64(p.Period) {
@@ -438,21 +470,24 @@ func currentLimit(name string, p limiter.Params) *rlsv3.RateLimitResponse_RateLi
 		case q == 0 || q > math.MaxUint32:
 		case r == 0 && u.d <= p.Period:
 			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
-			return out
+			return
 		default:
 			// Units go from the largest down: the last kept is the
 			// smallest.
 			out.RequestsPerUnit, out.Unit = uint32(q), u.unit
 		}
 	}
-	return out
 }
 
-// headers are the RateLimit-Policy, RateLimit and Retry-After headers of
+// headers sets the RateLimit-Policy, RateLimit and Retry-After headers of
 // the REST answer (draft-ietf-httpapi-ratelimit-headers), for Envoy to add
-// to its response.
-func headers(res limiter.Result) []*corev3.HeaderValue {
-	var out []*corev3.HeaderValue
+// to its response. Their values are written into one string, which they
+// share.
+func (r *reply) headers(res limiter.Result) {
+	var text [256]byte
+	buf := text[:0]
+	var ends [3]int
+	n := 0
 	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
 		d := &res.Decisions[i]
 		// The window holds the burst: burst·T, rounded up; a blocked
@@ -461,15 +496,38 @@ func headers(res limiter.Result) []*corev3.HeaderValue {
 		if window == 0 {
 			window = max(1, seconds(d.Params.Period))
 		}
-		name := strconv.Quote(d.Limit)
-		out = append(out,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatInt(d.Params.Burst, 10) + ";w=" + strconv.FormatInt(window, 10)},
-			&corev3.HeaderValue{Key: "RateLimit", Value: name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(seconds(d.UntilReset(limiter.Spend)), 10)})
+		buf = strconv.AppendQuote(buf, d.Limit)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, d.Params.Burst, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, window, 10)
+		ends[0] = len(buf)
+		buf = strconv.AppendQuote(buf, d.Limit)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, d.Remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, seconds(d.UntilReset(limiter.Spend)), 10)
+		ends[1] = len(buf)
+		r.header[0].Key, r.header[1].Key = "RateLimit-Policy", "RateLimit"
+		n = 2
 	}
 	if !res.Allowed && res.RetryAfter > 0 {
-		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(seconds(res.RetryAfter), 10)})
+		buf = strconv.AppendInt(buf, seconds(res.RetryAfter), 10)
+		ends[n] = len(buf)
+		r.header[n].Key = "Retry-After"
+		n++
 	}
-	return out
+	if n == 0 {
+		return
+	}
+	values := string(buf)
+	start := 0
+	for k := range n {
+		r.header[k].Value = values[start:ends[k]]
+		start = ends[k]
+		r.headerList[k] = &r.header[k]
+	}
+	r.resp.ResponseHeadersToAdd = r.headerList[:n]
 }
 
 // seconds converts a duration into whole seconds, rounded up.
