@@ -324,7 +324,7 @@ type gate struct {
 
 func newGate(t *testing.T, want int) *gate {
 	t.Helper()
-	b := limiter.NewBuilder()
+	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
 	l := limiter.Limit{Name: "L", Enum: 1, IDFormat: limiter.String, Params: limiter.Params{Burst: 10, Count: 10, Period: time.Second}}
 	if err := b.PutLimit(l); err != nil {
 		t.Fatal(err)
