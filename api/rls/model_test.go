@@ -1,0 +1,472 @@
+package rls_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	extv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// The model's vocabulary: few domains, keys and values, so that random
+// rules overlap and random descriptors match several of them at once.
+var (
+	modelDomains = []string{"d1", "d2"}
+	modelKeys    = []string{"x", "y"}
+	// modelValues are the values of descriptors and of exact rule
+	// entries; '/' and '%' make bucket ids that would collide were they
+	// not percent-encoded.
+	modelValues = []string{"a", "ab", "abc", "b", "ba", "acb", "a/b", "a%2Fb"}
+	// modelWildcards share literal prefixes and differ in literal count,
+	// to exercise every step of the precedence among wildcards.
+	modelWildcards = []string{"a*", "*b", "a*b", "a*b*c", "ab*", "*a", "a*c", "*"}
+)
+
+// modelBurst is every limit's burst: no bucket of a sequence comes near
+// it, and a refill takes a week, so a bucket's remaining is its burst less
+// its hits.
+const (
+	modelBurst  = 10000
+	modelSteps  = 300
+	modelPeriod = 7 * 24 * time.Hour
+)
+
+// ruleOpKind is the kind of one operation of a sequence.
+type ruleOpKind int
+
+const (
+	opCreateRule ruleOpKind = iota
+	opDeleteRule
+	opDecide
+)
+
+// ruleOp is one operation. A rule is named by its limit, which is its own,
+// so that a sequence stays meaningful when shrinking drops operations.
+type ruleOp struct {
+	kind   ruleOpKind
+	domain string
+	limit  string
+	// entries is the rule's pattern (create).
+	entries []limiter.DescriptorEntry
+	// descriptors and their hits_addend, nil for none (decide).
+	descriptors [][]limiter.DescriptorEntry
+	hits        []*uint64
+}
+
+func (o ruleOp) String() string {
+	switch o.kind {
+	case opCreateRule:
+		return fmt.Sprintf("create rule %s %s -> %s", o.domain, entriesText(o.entries), o.limit)
+	case opDeleteRule:
+		return "delete rule of " + o.limit
+	}
+	var ds []string
+	for i, d := range o.descriptors {
+		s := entriesText(d)
+		if o.hits[i] != nil {
+			s += " hits " + strconv.FormatUint(*o.hits[i], 10)
+		}
+		ds = append(ds, s)
+	}
+	return fmt.Sprintf("ShouldRateLimit %s %s", o.domain, strings.Join(ds, ", "))
+}
+
+func entriesText(es []limiter.DescriptorEntry) string {
+	var parts []string
+	for _, e := range es {
+		s := e.Key + "=" + strconv.Quote(e.Value)
+		if e.Shared {
+			s += " shared"
+		}
+		parts = append(parts, s)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// ruleModel is what the documentation says the service holds: the live
+// rules and the hits of each bucket.
+type ruleModel struct {
+	rules []limiter.Rule
+	hits  map[[2]string]uint64 // by limit and bucket id
+	// contested counts the descriptors that several rules matched, and
+	// matched those that one or more did: the log shows that a sequence
+	// tested precedence at all.
+	contested, matched int
+}
+
+// generator makes random operations from a seed, biased towards
+// descriptors whose keys some live rule has.
+type ruleGenerator struct {
+	r *rand.Rand
+	n int
+}
+
+func (g *ruleGenerator) next(m *ruleModel) ruleOp {
+	g.n++
+	switch p := g.r.IntN(10); {
+	case p < 3:
+		return g.create()
+	case p < 4 && len(m.rules) > 0:
+		return ruleOp{kind: opDeleteRule, limit: m.rules[g.r.IntN(len(m.rules))].Limit}
+	}
+	return g.decide(m)
+}
+
+func (g *ruleGenerator) create() ruleOp {
+	o := ruleOp{kind: opCreateRule, domain: modelDomains[g.r.IntN(len(modelDomains))], limit: "L" + strconv.Itoa(g.n)}
+	for range 1 + g.r.IntN(3) {
+		e := limiter.DescriptorEntry{Key: modelKeys[g.r.IntN(len(modelKeys))]}
+		switch g.r.IntN(3) {
+		case 0:
+			e.Value = modelValues[g.r.IntN(len(modelValues))]
+		case 1:
+			e.Value = modelWildcards[g.r.IntN(len(modelWildcards))]
+		}
+		if !isExact(e) && g.r.IntN(4) == 0 {
+			e.Shared = true
+		}
+		o.entries = append(o.entries, e)
+	}
+	return o
+}
+
+func (g *ruleGenerator) decide(m *ruleModel) ruleOp {
+	o := ruleOp{kind: opDecide, domain: modelDomains[g.r.IntN(len(modelDomains))]}
+	for range 1 + g.r.IntN(3) {
+		var keys []string
+		if len(m.rules) > 0 && g.r.IntN(4) > 0 {
+			r := m.rules[g.r.IntN(len(m.rules))]
+			o.domain = r.Domain
+			for _, e := range r.Descriptor {
+				keys = append(keys, e.Key)
+			}
+		} else {
+			for range 1 + g.r.IntN(3) {
+				keys = append(keys, modelKeys[g.r.IntN(len(modelKeys))])
+			}
+		}
+		var d []limiter.DescriptorEntry
+		for _, k := range keys {
+			d = append(d, limiter.DescriptorEntry{Key: k, Value: modelValues[g.r.IntN(len(modelValues))]})
+		}
+		var h *uint64
+		if g.r.IntN(5) == 0 {
+			n := g.r.Uint64N(4)
+			h = &n
+		}
+		o.descriptors = append(o.descriptors, d)
+		o.hits = append(o.hits, h)
+	}
+	return o
+}
+
+func isExact(e limiter.DescriptorEntry) bool {
+	return e.Value != "" && !strings.Contains(e.Value, "*")
+}
+
+// wildcardMatches says whether v fits pattern p, each '*' any run of
+// characters, the empty one included: by recursion, as plainly as it
+// can be said.
+func wildcardMatches(p, v string) bool {
+	if p == "" {
+		return v == ""
+	}
+	if p[0] == '*' {
+		for i := 0; i <= len(v); i++ {
+			if wildcardMatches(p[1:], v[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return v != "" && p[0] == v[0] && wildcardMatches(p[1:], v[1:])
+}
+
+// entryMatches says whether a rule entry matches a descriptor entry.
+func entryMatches(e, d limiter.DescriptorEntry) bool {
+	switch {
+	case e.Key != d.Key:
+		return false
+	case e.Value == "":
+		return true
+	case strings.Contains(e.Value, "*"):
+		return wildcardMatches(e.Value, d.Value)
+	}
+	return e.Value == d.Value
+}
+
+// compareEntries orders two rule entries that match one value, most
+// specific first: an exact value, then wildcards (the longer literal
+// prefix, then more literal characters, then byte order), then no value.
+func compareEntries(a, b limiter.DescriptorEntry) int {
+	rank := func(e limiter.DescriptorEntry) int {
+		switch {
+		case isExact(e):
+			return 0
+		case e.Value != "":
+			return 1
+		}
+		return 2
+	}
+	if c := rank(a) - rank(b); c != 0 || rank(a) != 1 {
+		return c
+	}
+	pa, _, _ := strings.Cut(a.Value, "*")
+	pb, _, _ := strings.Cut(b.Value, "*")
+	if len(pa) != len(pb) {
+		return len(pb) - len(pa)
+	}
+	la, lb := len(a.Value)-strings.Count(a.Value, "*"), len(b.Value)-strings.Count(b.Value, "*")
+	if la != lb {
+		return lb - la
+	}
+	return strings.Compare(a.Value, b.Value)
+}
+
+// match brute-forces the rules a descriptor matches and picks the most
+// specific, comparing entries from the first.
+func (m *ruleModel) match(domain string, d []limiter.DescriptorEntry) (limiter.Rule, bool) {
+	var best limiter.Rule
+	found, candidates := false, 0
+	for _, r := range m.rules {
+		if r.Domain != domain || len(r.Descriptor) != len(d) {
+			continue
+		}
+		ok := true
+		for i, e := range r.Descriptor {
+			ok = ok && entryMatches(e, d[i])
+		}
+		if !ok {
+			continue
+		}
+		candidates++
+		if !found || slices.CompareFunc(r.Descriptor, best.Descriptor, compareEntries) < 0 {
+			best, found = r, true
+		}
+	}
+	if candidates > 1 {
+		m.contested++
+	}
+	if found {
+		m.matched++
+	}
+	return best, found
+}
+
+// bucketOf forms the bucket id from the values of the entries that are not
+// fixed (an exact value or a shared entry is): one as it is, several
+// joined by '/' with '%' and '/' percent-encoded, none "*".
+func bucketOf(r limiter.Rule, d []limiter.DescriptorEntry) string {
+	var vals []string
+	for i, e := range r.Descriptor {
+		if !isExact(e) && !e.Shared {
+			vals = append(vals, d[i].Value)
+		}
+	}
+	switch len(vals) {
+	case 0:
+		return "*"
+	case 1:
+		return vals[0]
+	}
+	for i, v := range vals {
+		vals[i] = strings.NewReplacer("%", "%25", "/", "%2F").Replace(v)
+	}
+	return strings.Join(vals, "/")
+}
+
+// ruleDriver applies operations to the real service and checks each
+// answer against the model.
+type ruleDriver struct {
+	e   *env
+	ids map[string]string // rule id by limit name
+	m   *ruleModel
+}
+
+// apply runs o on the service and the model; it returns a description of
+// the first difference, "" when they agree.
+func (d *ruleDriver) apply(o ruleOp) string {
+	ctx := context.Background()
+	switch o.kind {
+	case opCreateRule:
+		l := limiter.Limit{Name: o.limit, IDFormat: limiter.String, Params: limiter.Params{Burst: modelBurst, Count: 1000, Period: modelPeriod}}
+		if _, _, err := d.e.db.PutLimit(ctx, "test", l); err != nil {
+			return "creating limit " + o.limit + ": " + err.Error()
+		}
+		r := limiter.Rule{Domain: o.domain, Limit: o.limit, Descriptor: o.entries}
+		got, err := d.e.db.CreateRule(ctx, "test", r)
+		exists := slices.ContainsFunc(d.m.rules, func(x limiter.Rule) bool {
+			return x.Domain == r.Domain && slices.EqualFunc(x.Descriptor, r.Descriptor, func(a, b limiter.DescriptorEntry) bool {
+				return a.Key == b.Key && a.Value == b.Value
+			})
+		})
+		switch {
+		case exists && !errors.Is(err, limiter.ErrRuleExists):
+			return fmt.Sprintf("a rule of that domain and descriptor exists: want ErrRuleExists, got %v", err)
+		case !exists && err != nil:
+			return "creating the rule: " + err.Error()
+		case !exists:
+			d.ids[o.limit] = got.ID
+			d.m.rules = append(d.m.rules, r)
+		}
+	case opDeleteRule:
+		i := slices.IndexFunc(d.m.rules, func(r limiter.Rule) bool { return r.Limit == o.limit })
+		if i < 0 {
+			return "" // its creation was dropped, or it failed
+		}
+		if err := d.e.db.DeleteRule(ctx, "test", d.ids[o.limit]); err != nil {
+			return "deleting the rule: " + err.Error()
+		}
+		d.m.rules = slices.Delete(d.m.rules, i, i+1)
+	case opDecide:
+		return d.decide(o)
+	}
+	if err := d.e.loader.Sync(ctx); err != nil {
+		return "sync: " + err.Error()
+	}
+	return ""
+}
+
+func (d *ruleDriver) decide(o ruleOp) string {
+	req := &rlsv3.RateLimitRequest{Domain: o.domain}
+	type target struct {
+		rule   limiter.Rule
+		bucket [2]string
+		ok     bool
+	}
+	targets := make([]target, len(o.descriptors))
+	spend := map[[2]string]uint64{}
+	for i, es := range o.descriptors {
+		pd := &extv3.RateLimitDescriptor{}
+		for _, e := range es {
+			pd.Entries = append(pd.Entries, &extv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		cost := uint64(1)
+		if o.hits[i] != nil {
+			pd.HitsAddend = wrapperspb.UInt64(*o.hits[i])
+			cost = *o.hits[i]
+		}
+		req.Descriptors = append(req.Descriptors, pd)
+		if r, ok := d.m.match(o.domain, es); ok {
+			b := [2]string{r.Limit, bucketOf(r, es)}
+			targets[i] = target{r, b, true}
+			spend[b] += cost
+		}
+	}
+	res, err := d.e.call(req)
+	if err != nil {
+		return "ShouldRateLimit: " + err.Error()
+	}
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(res.GetStatuses()) != len(o.descriptors) {
+		return fmt.Sprintf("want OK with %d statuses, got %v with %d", len(o.descriptors), res.GetOverallCode(), len(res.GetStatuses()))
+	}
+	for b, n := range spend {
+		d.m.hits[b] += n
+	}
+	for i, st := range res.GetStatuses() {
+		t := targets[i]
+		switch {
+		case st.GetCode() != rlsv3.RateLimitResponse_OK:
+			return fmt.Sprintf("descriptors[%d]: want OK, got %v", i, st.GetCode())
+		case !t.ok && st.GetCurrentLimit() != nil:
+			return fmt.Sprintf("descriptors[%d]: the model matches no rule, the service answers limit %q", i, st.GetCurrentLimit().GetName())
+		case !t.ok:
+		case st.GetCurrentLimit().GetName() != t.rule.Limit:
+			return fmt.Sprintf("descriptors[%d]: want the rule %s -> %s (bucket %q), got limit %q",
+				i, entriesText(t.rule.Descriptor), t.rule.Limit, t.bucket[1], st.GetCurrentLimit().GetName())
+		case uint64(st.GetLimitRemaining()) != modelBurst-d.m.hits[t.bucket]:
+			return fmt.Sprintf("descriptors[%d]: rule %s -> %s, bucket %q: want remaining %d, got %d",
+				i, entriesText(t.rule.Descriptor), t.rule.Limit, t.bucket[1], modelBurst-d.m.hits[t.bucket], st.GetLimitRemaining())
+		}
+	}
+	return ""
+}
+
+// runRules runs ops, or as many as next makes, on a fresh env and model;
+// it returns the operations run and the index and description of the first
+// mismatch, or -1.
+func runRules(t *testing.T, eng engine, n int, next func(*ruleModel) ruleOp) ([]ruleOp, int, string, *ruleModel) {
+	t.Helper()
+	d := &ruleDriver{e: newEnv(t, eng, envOptions{}), ids: map[string]string{}, m: &ruleModel{hits: map[[2]string]uint64{}}}
+	var ops []ruleOp
+	for i := range n {
+		ops = append(ops, next(d.m))
+		if msg := d.apply(ops[i]); msg != "" {
+			return ops, i, msg, d.m
+		}
+	}
+	return ops, -1, "", d.m
+}
+
+// shrinkRules drops ever smaller runs of operations while a replay on a
+// fresh env still fails, and cuts the sequence after the failing one.
+func shrinkRules(t *testing.T, eng engine, ops []ruleOp, msg string) ([]ruleOp, string) {
+	deadline := time.Now().Add(time.Minute)
+	for chunk := len(ops) / 2; chunk >= 1 && time.Now().Before(deadline); {
+		removed := false
+		for start := 0; start < len(ops) && time.Now().Before(deadline); {
+			cand := append(slices.Clone(ops[:start]), ops[min(start+chunk, len(ops)):]...)
+			i := 0
+			replay := func(*ruleModel) ruleOp { i++; return cand[i-1] }
+			if _, at, m, _ := runRules(t, eng, len(cand), replay); at >= 0 {
+				ops, msg, removed = cand[:at+1], m, true
+			} else {
+				start += chunk
+			}
+		}
+		if !removed || chunk > 1 {
+			chunk /= 2
+		}
+	}
+	return ops, msg
+}
+
+// TestRulesModel is the model-based test of rule matching through the gRPC
+// front: random rules (exact values, wildcards, free and shared entries)
+// are created and deleted, and random descriptors sent to ShouldRateLimit;
+// every answer's limit and remaining is compared with a model written from
+// docs/envoy.md, which brute-forces the matching rules and picks the most
+// specific. On a mismatch it prints the seed and a shortened sequence.
+// RATELIMIT_MODEL_SEED replays one seed.
+func TestRulesModel(t *testing.T) {
+	seeds := []uint64{rand.Uint64(), rand.Uint64(), rand.Uint64()}
+	if v := os.Getenv("RATELIMIT_MODEL_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RATELIMIT_MODEL_SEED: %v", err)
+		}
+		seeds = []uint64{s}
+	}
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			for _, seed := range seeds {
+				g := &ruleGenerator{r: rand.New(rand.NewPCG(seed, seed))}
+				ops, at, msg, m := runRules(t, eng, modelSteps, g.next)
+				if at < 0 {
+					t.Logf("seed %d: %d operations as the model says; %d descriptors matched a rule, %d of them several, %d rules live at the end",
+						seed, len(ops), m.matched, m.contested, len(m.rules))
+					continue
+				}
+				t.Logf("seed %d: operation %d: %s; shrinking", seed, at, msg)
+				short, msg := shrinkRules(t, eng, ops[:at+1], msg)
+				var lines []string
+				for i, o := range short {
+					lines = append(lines, fmt.Sprintf("%3d %s", i, o))
+				}
+				t.Fatalf("seed %d (RATELIMIT_MODEL_SEED=%d): the last operation of this shortened sequence:\n%s\n%s",
+					seed, seed, strings.Join(lines, "\n"), msg)
+			}
+		})
+	}
+}
