@@ -26,20 +26,22 @@ var (
 	modelKeys    = []string{"x", "y"}
 	// modelValues are the values of descriptors and of exact rule
 	// entries; '/' and '%' make bucket ids that would collide were they
-	// not percent-encoded.
-	modelValues = []string{"a", "ab", "abc", "b", "ba", "acb", "a/b", "a%2Fb"}
+	// not percent-encoded: ("a/b", "a") and ("a", "b/a"), "a/b" and
+	// "a%2Fb".
+	modelValues = []string{"a", "ab", "abc", "b", "ba", "acb", "a/b", "b/a", "a%2Fb"}
 	// modelWildcards share literal prefixes and differ in literal count,
 	// to exercise every step of the precedence among wildcards.
 	modelWildcards = []string{"a*", "*b", "a*b", "a*b*c", "ab*", "*a", "a*c", "*"}
 )
 
-// modelBurst is every limit's burst: no bucket of a sequence comes near
-// it, and a refill takes a week, so a bucket's remaining is its burst less
-// its hits.
+// Every limit has burst modelBurst, which no bucket of a sequence of
+// modelSteps operations comes near, and refills one request in ten
+// minutes (modelCount a week), more than a sequence lasts: a bucket's
+// remaining is its burst less its hits, on the wall clock.
 const (
-	modelBurst  = 10000
-	modelSteps  = 300
-	modelPeriod = 7 * 24 * time.Hour
+	modelBurst = 10000
+	modelCount = 1000
+	modelSteps = 300
 )
 
 // ruleOpKind is the kind of one operation of a sequence.
@@ -105,7 +107,7 @@ type ruleModel struct {
 	contested, matched int
 }
 
-// generator makes random operations from a seed, biased towards
+// ruleGenerator makes random operations from a seed, biased towards
 // descriptors whose keys some live rule has.
 type ruleGenerator struct {
 	r *rand.Rand
@@ -300,7 +302,7 @@ func (d *ruleDriver) apply(o ruleOp) string {
 	ctx := context.Background()
 	switch o.kind {
 	case opCreateRule:
-		l := limiter.Limit{Name: o.limit, IDFormat: limiter.String, Params: limiter.Params{Burst: modelBurst, Count: 1000, Period: modelPeriod}}
+		l := limiter.Limit{Name: o.limit, IDFormat: limiter.String, Params: limiter.Params{Burst: modelBurst, Count: modelCount, Period: 7 * 24 * time.Hour}}
 		if _, _, err := d.e.db.PutLimit(ctx, "test", l); err != nil {
 			return "creating limit " + o.limit + ": " + err.Error()
 		}
@@ -409,17 +411,16 @@ func runRules(t *testing.T, eng engine, n int, next func(*ruleModel) ruleOp) ([]
 	return ops, -1, "", d.m
 }
 
-// shrinkRules drops ever smaller runs of operations while a replay on a
-// fresh env still fails, and cuts the sequence after the failing one.
+// shrinkRules drops ever smaller runs of operations, then single
+// descriptors of requests, while a replay on a fresh env still fails, and
+// cuts the sequence after the failing operation.
 func shrinkRules(t *testing.T, eng engine, ops []ruleOp, msg string) ([]ruleOp, string) {
 	deadline := time.Now().Add(time.Minute)
 	for chunk := len(ops) / 2; chunk >= 1 && time.Now().Before(deadline); {
 		removed := false
 		for start := 0; start < len(ops) && time.Now().Before(deadline); {
 			cand := append(slices.Clone(ops[:start]), ops[min(start+chunk, len(ops)):]...)
-			i := 0
-			replay := func(*ruleModel) ruleOp { i++; return cand[i-1] }
-			if _, at, m, _ := runRules(t, eng, len(cand), replay); at >= 0 {
+			if at, m := replayRules(t, eng, cand); at >= 0 {
 				ops, msg, removed = cand[:at+1], m, true
 			} else {
 				start += chunk
@@ -429,7 +430,27 @@ func shrinkRules(t *testing.T, eng engine, ops []ruleOp, msg string) ([]ruleOp, 
 			chunk /= 2
 		}
 	}
+	// Then the descriptors of each request, one at a time.
+	for i := 0; i < len(ops) && time.Now().Before(deadline); i++ {
+		for j := 0; j < len(ops[i].descriptors) && len(ops[i].descriptors) > 1; {
+			cand := slices.Clone(ops)
+			cand[i].descriptors = slices.Delete(slices.Clone(ops[i].descriptors), j, j+1)
+			cand[i].hits = slices.Delete(slices.Clone(ops[i].hits), j, j+1)
+			if at, m := replayRules(t, eng, cand); at >= 0 {
+				ops, msg = cand[:at+1], m
+			} else {
+				j++
+			}
+		}
+	}
 	return ops, msg
+}
+
+// replayRules runs ops on a fresh env and model.
+func replayRules(t *testing.T, eng engine, ops []ruleOp) (int, string) {
+	i := 0
+	_, at, msg, _ := runRules(t, eng, len(ops), func(*ruleModel) ruleOp { i++; return ops[i-1] })
+	return at, msg
 }
 
 // TestRulesModel is the model-based test of rule matching through the gRPC
