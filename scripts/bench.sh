@@ -352,7 +352,7 @@ median() {
 	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "$RESULTS" | sort -g |
 		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) {print v[1]; exit}
 			m = NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)
-			print NR > 1 ? m " (" v[1] "–" v[NR] ")" : m}'
+			print (NR > 1 ? m " (" v[1] "–" v[NR] ")" : m)}'
 }
 
 echo
