@@ -43,8 +43,32 @@
 # process used per request (utime+stime from /proc, so reading and writing
 # the sockets included), and the script calls per socket read Redis made
 # (total_reads_processed of INFO stats): about the script calls per round
-# trip. Below the medians, every round's row, with its ratio to the
-# ceiling of the same round, shows the spread.
+# trip. Each median comes with the minimum and maximum of the rounds in
+# brackets, and the ratio is the median of each round's ratio to the
+# ceiling of the same round. Below the medians, every round's row shows the
+# spread.
+#
+# Two more scenarios take other ways in, on the same store and in the same
+# rounds:
+#
+#   grpc  Envoy's ShouldRateLimit on the service's gRPC listener, driven by
+#         ghz (a Go module, built once into bin/ from the module proxy)
+#         through server reflection: domain "bench", one descriptor entry
+#         reg_id with a random id of 1..BENCH_IDS, which the rule the
+#         script creates maps onto bench_allowed_one. BENCH_GRPC_CONCURRENCY
+#         workers share BENCH_GRPC_CONNECTIONS connections; p50 and p99 are
+#         ghz's. A call that does not end in status OK is counted as a
+#         non-2xx answer; ghz does not read the answers, so whether they
+#         said OK or OVER_LIMIT is not checked.
+#   h2c   the REST spend over HTTP/2 without TLS (prior knowledge), driven
+#         by h2load (Debian's nghttp2-client package) over
+#         BENCH_H2C_CONNECTIONS connections of BENCH_H2C_STREAMS streams
+#         each. h2load sends one body, so every request spends on the same
+#         bucket of bench_allowed_one; it reports no percentiles (p50 and
+#         p99 show -), and it does not read the answers either.
+#
+# Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
+# ceiling speaks only that.
 #
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
@@ -53,14 +77,18 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
-#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied"
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc h2c"
 #                      (also 3-denied)
+#   BENCH_GRPC_CONCURRENCY  ghz workers (grpc)                32
+#   BENCH_GRPC_CONNECTIONS  ghz connections (grpc)            1
+#   BENCH_H2C_CONNECTIONS   h2load connections (h2c)          2
+#   BENCH_H2C_STREAMS       h2load streams per connection     32
 #   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
 #   BENCH_GOGC         GOGC of the service                    Go's default (100)
 #
-# The exit status is 1 when a run counted an error: a non-2xx answer, an
-# answer that did not say allowed (or denied) as it should, or a socket
-# error.
+# The exit status is 1 when a run counted an error: a non-2xx answer (or
+# gRPC status other than OK), an answer that did not say allowed (or
+# denied) as it should, or a socket error.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap cleanup EXIT
@@ -73,27 +101,66 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc h2c}
 REDIS_URL=${BENCH_REDIS_URL:-}
+GRPC_CONCURRENCY=${BENCH_GRPC_CONCURRENCY:-32}
+GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-1}
+H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
+H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
+GHZ_VERSION=v0.121.0
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | h2c) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
+for n in "$GRPC_CONCURRENCY" "$GRPC_CONNECTIONS" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONCURRENCY, BENCH_GRPC_CONNECTIONS, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
+done
+
+# has_scenario NAME reports whether BENCH_SCENARIOS names a scenario.
+has_scenario() {
+	case " $SCENARIOS " in *" $1 "*) return 0 ;; esac
+	return 1
+}
 
 need_wrk
 build
+# GHZ is ghz of GHZ_VERSION, built from the module proxy into bin/ on the
+# first run that needs it.
+GHZ="$ROOT/bin/ghz-$GHZ_VERSION"
+if has_scenario grpc && [ ! -x "$GHZ" ]; then
+	echo "bench: building ghz $GHZ_VERSION into bin/ (once)" >&2
+	GOBIN="$WORK/ghz" "${GO:-go}" install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" || die "building ghz failed"
+	mv "$WORK/ghz/ghz" "$GHZ"
+fi
+if has_scenario h2c && ! command -v h2load >/dev/null; then
+	die "h2load is needed for the h2c runs: install it with 'apt-get install nghttp2-client' (Debian, Ubuntu) or 'brew install nghttp2' (macOS), or leave h2c out of BENCH_SCENARIOS"
+fi
+printf '{"buckets":[{"limit":"bench_allowed_one","bucket_id":"1"}]}' >"$WORK/h2c-body.json"
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
 status=0
 
 # The targets: the ceiling, then each store's scenarios. For each, its
-# URL, token, process id and Redis (empty but for the redis store).
-declare -A URL TOKEN PID REDIS
+# URL, gRPC address, token, process id and Redis (empty but for the redis
+# store).
+declare -A URL GRPC TOKEN PID REDIS
 TARGETS=(ceiling)
 start_ceiling
-URL[ceiling]=$CEILING_URL TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=
+URL[ceiling]=$CEILING_URL GRPC[ceiling]='' TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=''
+
+# grpc_addr prints the address of the gRPC listener of the service started
+# last, as it announced it.
+grpc_addr() {
+	local addr
+	for _ in $(seq 100); do
+		addr=$(sed -n 's|^Envoy rate limit service listening on [a-z]*://\(.*\)$|\1|p' "$SVC_OUT.stdout")
+		[ -n "$addr" ] && { echo "$addr"; return 0; }
+		sleep 0.1
+	done
+	die "ratelimitd at $SVC_URL announced no gRPC listener within 10s"
+}
 
 # empty_buckets LIMIT... spends once on each of the BENCH_IDS buckets of
 # the denied limits named (bench_denied_LIMIT), a hundred buckets a
@@ -126,6 +193,10 @@ start_store() {
 				put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1 1 24h
 			fi
 		done
+		# The rule of the grpc runs comes before the last limit, so that
+		# the snapshot wait_decides waits for holds it too.
+		[ $kind = allowed ] &&
+			api POST /v1/rules '{"domain":"bench","descriptor":[{"key":"reg_id"}],"limit":"bench_allowed_one"}' >/dev/null
 	done
 	wait_decides bench_denied_domain example.com
 	for sc in $SCENARIOS; do
@@ -134,11 +205,12 @@ start_store() {
 		3-denied) empty_buckets reg ip domain ;;
 		esac
 	done
-	local token
+	local token grpc
 	token=$(decide_token)
+	grpc=$(grpc_addr)
 	for sc in $SCENARIOS; do
 		TARGETS+=("$store $sc")
-		URL["$store $sc"]=$SVC_URL TOKEN["$store $sc"]=$token PID["$store $sc"]=$SVC_PID REDIS["$store $sc"]=
+		URL["$store $sc"]=$SVC_URL GRPC["$store $sc"]=$grpc TOKEN["$store $sc"]=$token PID["$store $sc"]=$SVC_PID REDIS["$store $sc"]=
 	done
 }
 
@@ -174,27 +246,69 @@ script_stats() {
 			END {print c + 0, u + 0, r + 0}'
 }
 
+# ghz_spend ADDR TOKEN DURATION calls ShouldRateLimit for DURATION (see
+# grpc above) and prints a line as wrk_spend does, "-" for the kinds of
+# errors when every call ended in OK, otherwise the status names.
+ghz_spend() {
+	local out
+	out=$("$GHZ" --insecure --call envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit \
+		--connections "$GRPC_CONNECTIONS" -c "$GRPC_CONCURRENCY" -z "$3" --duration-stop wait --timeout 10s -O json \
+		--metadata "{\"authorization\":\"Bearer $2\"}" \
+		--data "{\"domain\":\"bench\",\"descriptors\":[{\"entries\":[{\"key\":\"reg_id\",\"value\":\"{{randomInt 1 $((IDS + 1))}}\"}]}]}" \
+		"$1" 2>&1) || die "ghz failed: $out"
+	jq -r 'def at(p): [.latencyDistribution[]? | select(.percentage == p) | .latency][0] // 0 | . / 1000;
+		(.statusCodeDistribution // {}) as $codes
+		| [.count, .total / 1e9, at(50), at(99), ([$codes | to_entries[] | select(.key != "OK") | .value] | add // 0), 0, 0,
+			([$codes | keys[] | select(. != "OK")] | if length == 0 then "-" else join(",") end)] | map(tostring) | join(" ")' <<<"$out" ||
+		die "ghz printed no report: $out"
+}
+
+# h2load_spend URL TOKEN DURATION spends over h2c for DURATION (see h2c
+# above) and prints a line as wrk_spend does, p50 and p99 "-".
+h2load_spend() {
+	local out threads=$((H2C_CONNECTIONS < WRK_THREADS ? H2C_CONNECTIONS : WRK_THREADS))
+	out=$(h2load -c "$H2C_CONNECTIONS" -m "$H2C_STREAMS" -t "$threads" -D "$3" -d "$WORK/h2c-body.json" \
+		-H "authorization: Bearer $2" -H 'content-type: application/json' "$1/v1/spend" 2>&1) || die "h2load failed: $out"
+	awk '$1 == "finished" {secs = $3 + 0}
+		$1 == "requests:" {done = $6; failed = $10; errored = $12; timeout = $14}
+		$1 == "status" && $2 == "codes:" {other = $5 + $7 + $9}
+		END {if (secs == "") exit 1
+			print done + 0, secs, "-", "-", other + 0, 0, errored + timeout, failed ? failed " failed, " errored " errored, " timeout " timed out" : "-"}' <<<"$out" ||
+		die "h2load printed no result: $out"
+}
+
+# spend TARGET DURATION EXPECT loads a target for DURATION with the
+# tool of its scenario and prints wrk_spend's line.
+spend() {
+	local t=$1 n=1 kind=allowed
+	if [ "$t" != ceiling ]; then
+		local sc=${t#* }
+		case $sc in
+		grpc) ghz_spend "${GRPC[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		esac
+		n=${sc%%-*} kind=${sc#*-}
+	fi
+	wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$2" "$n" "$kind" "$IDS" "$3"
+}
+
 # run ROUND TARGET warms the target up, then measures it, and appends a
 # row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
 # per request, Redis µs per script call and script calls per request (or
 # -), denied-cache hits per request (or -), Redis process µs per request
 # and script calls per socket read (or -, without a private redis-server).
 run() {
-	local round=$1 t=$2 n=1 kind=allowed expect=true
-	if [ "$t" != ceiling ]; then
-		local sc=${t#* }
-		n=${sc%%-*} kind=${sc#*-}
-		[ "$kind" = denied ] && expect=false
-	fi
+	local round=$1 t=$2 expect=true
+	[ "${t#*-}" = denied ] && expect=false
 	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 r0=0 c1=0 u1=0 r1=0 hits0=- hits1=- rcpu0=0 rcpu1=0 own=
 	[ -n "${REDIS[$t]}" ] && [ -n "$REDIS_PID" ] && own=1
-	read -r _ _ _ _ bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$WARMUP" "$n" "$kind" "$IDS" any)
+	read -r _ _ _ _ bad wrong sock kinds < <(spend "$t" "$WARMUP" any)
 	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors ($kinds)" >&2; status=1; }
 	cpu0=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c0 u0 r0 < <(script_stats "${REDIS[$t]}")
 	[ -n "$own" ] && rcpu0=$(cpu_ticks "$REDIS_PID")
 	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
-	read -r req secs p50 p99 bad wrong sock kinds < <(wrk_spend "${URL[$t]}" "${TOKEN[$t]}" "$DURATION" "$n" "$kind" "$IDS" "$expect")
+	read -r req secs p50 p99 bad wrong sock kinds < <(spend "$t" "$DURATION" "$expect")
 	cpu1=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c1 u1 r1 < <(script_stats "${REDIS[$t]}")
 	[ -n "$own" ] && rcpu1=$(cpu_ticks "$REDIS_PID")
@@ -206,7 +320,8 @@ run() {
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
 		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" \
 		-v own="$own" -v rcpu=$((rcpu1 - rcpu0)) -v reads=$((r1 - r0)) 'BEGIN {
-		printf "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t, r, req / secs, p50 / 1000, p99 / 1000,
+		printf "%s\t%d\t%.0f\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t, r, req / secs,
+			p50 == "-" ? "-" : sprintf("%.2f", p50 / 1000), p99 == "-" ? "-" : sprintf("%.2f", p99 / 1000),
 			req ? cpu / tick * 1e6 / req : 0,
 			redis == "" ? "-" : (calls ? sprintf("%.1f", usec / calls) : "none"),
 			redis == "" ? "-" : sprintf("%.2f", req ? calls / req : 0),
@@ -224,15 +339,27 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-# median TARGET COLUMN prints the median of a column over the rounds.
+# Each row gets a twelfth column: its ratio to the requests/s of the
+# ceiling of the same round.
+awk -F'\t' -v OFS='\t' '{row[NR] = $0; if ($1 == "ceiling") c[$2] = $3}
+	END {for (i = 1; i <= NR; i++) {split(row[i], f, "\t"); printf "%s\t%.2f\n", row[i], c[f[2]] ? f[3] / c[f[2]] : 0}}' \
+	"$RESULTS" >"$RESULTS.ratio"
+mv "$RESULTS.ratio" "$RESULTS"
+
+# median TARGET COLUMN prints the median of a column over the rounds and,
+# with more than one round, their minimum and maximum in brackets.
 median() {
 	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "$RESULTS" | sort -g |
-		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) print v[1]; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) {print v[1]; exit}
+			m = NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)
+			print (NR > 1 ? m " (" v[1] "–" v[NR] ")" : m)}'
 }
 
 echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
+has_scenario grpc && echo "grpc:    ghz $GHZ_VERSION, $GRPC_CONCURRENCY workers over $GRPC_CONNECTIONS connection$([ "$GRPC_CONNECTIONS" = 1 ] || echo s), ShouldRateLimit on one bucket (random id)"
+has_scenario h2c && echo "h2c:     $(h2load --version | head -1), $H2C_CONNECTIONS connections x $H2C_STREAMS streams, one bucket (the same id)"
 # Other work on the machine shows in its load average: the bench alone
 # keeps at most four processes busy (wrk, the target, Redis, the shell).
 echo "load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
@@ -241,22 +368,17 @@ echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn; med
 [ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
-ceiling=$(median ceiling 3)
 {
 	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\tRedis µs CPU/request\tscript calls/read\n'
 	for t in "${TARGETS[@]}"; do
-		rps=$(median "$t" 3)
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$rps" "$(median "$t" 4)" "$(median "$t" 5)" \
-			"$(awk -v a="$rps" -v b="$ceiling" 'BEGIN {printf "%.2f", b ? a / b : 0}')" \
-			"$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$(median "$t" 3)" "$(median "$t" 4)" "$(median "$t" 5)" \
+			"$(median "$t" 12)" "$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
 	done
 } | column -t -s $'\t'
 echo
 echo "each round:"
 {
 	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
-	awk -F'\t' '{row[NR] = $0; if ($1 == "ceiling") c[$2] = $3}
-		END {for (i = 1; i <= NR; i++) {split(row[i], f, "\t")
-			printf "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", f[1], f[2], f[3], c[f[2]] ? f[3] / c[f[2]] : 0, f[6], f[10], f[8]}}' "$RESULTS"
+	awk -F'\t' -v OFS='\t' '{print $1, $2, $3, $12, $6, $10, $8}' "$RESULTS"
 } | column -t -s $'\t'
 exit $status

@@ -7,6 +7,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
 SVC_PID=
 SVC_URL=
+SVC_OUT=
 SVC_PIDS=
 LOAD_PID=
 CEILING_PID=
@@ -66,10 +67,12 @@ machine() {
 
 # start_service [VAR=value...] runs bin/ratelimitd serve on a free loopback
 # port with a database in $WORK, the extra settings given (a later setting
-# wins), and waits until /readyz answers 200. It sets SVC_PID and SVC_URL;
-# several services can run at once.
+# wins), and waits until /readyz answers 200. It sets SVC_PID, SVC_URL
+# and SVC_OUT (its .stdout and .log files without the suffix); several
+# services can run at once.
 start_service() {
 	local out="$WORK/serve.$$.$RANDOM"
+	SVC_OUT=$out
 	env RATELIMIT_HTTP_ADDR=127.0.0.1:0 \
 		RATELIMIT_GRPC_ADDR=127.0.0.1:0 \
 		RATELIMIT_DATABASE_URL="sqlite:$WORK/ratelimitd.db" \
