@@ -44,16 +44,12 @@ func limitBody(n int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if c.Request().ContentLength > n {
-				return tooLarge(n)
+				return problem.TooLarge(n)
 			}
 			c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, n)
 			return next(c)
 		}
 	}
-}
-
-func tooLarge(n int64) error {
-	return problem.Errorf(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", n)
 }
 
 // readBody reads the request body. Reading past the limit set by
@@ -62,7 +58,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	data, err := input.Read(r, nil)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, tooLarge(mbe.Limit)
+		return nil, problem.TooLarge(mbe.Limit)
 	}
 	return data, err
 }

@@ -211,7 +211,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 		return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 	}
 	if r.ContentLength > maxBody {
-		return tooLarge()
+		return problem.TooLarge(maxBody)
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	sc := h.scratch.Get().(*scratch)
@@ -280,7 +280,7 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request,
 	if sc.body, err = input.Read(r, sc.body); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge()
+			return nil, problem.TooLarge(maxBody)
 		}
 		return nil, err
 	}
@@ -328,10 +328,6 @@ func (h *Handler) bucketErrors(reqs []limiter.Request, errs *input.Errors) {
 		}
 		first[res.Key] = i
 	}
-}
-
-func tooLarge() error {
-	return problem.Errorf(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", maxBody)
 }
 
 // writeProblem answers err as application/problem+json and returns the

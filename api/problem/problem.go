@@ -72,6 +72,11 @@ func Errorf(status int, format string, args ...any) *Error {
 	return &Error{Status: status, Detail: fmt.Sprintf(format, args...)}
 }
 
+// TooLarge is the 413 of a body over n bytes, worded alike on every front.
+func TooLarge(n int64) *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", n)
+}
+
 // Worder is an error that words its own problem, and may answer a body
 // that extends it (a refused import lists its entries), so that the edge
 // knows none of the handlers' types.
