@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/storetest"
 )
 
 // result is a decision answer.
@@ -298,19 +298,10 @@ func TestInvalidDecisions(t *testing.T) {
 	}
 }
 
-// failingStore is a store that cannot be reached.
-type failingStore struct{}
-
 var errStoreDown = errors.New("connection refused")
 
-func (failingStore) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
-	return false, errStoreDown
-}
-func (failingStore) Reset(context.Context, []string) error { return errStoreDown }
-func (failingStore) Ping(context.Context) error            { return errStoreDown }
-
 func TestDegraded(t *testing.T) {
-	e := newEnv(t, failOpen(), withStore(failingStore{}))
+	e := newEnv(t, failOpen(), withStore(storetest.Down{Err: errStoreDown}))
 	e.limit("PerAccount", "reg_id", 3, 3, "3s")
 	e.override(obj{"limit": "PerAccount", "bucket_id": "666", "burst": 0, "count": 1, "period": "1s"})
 	e.waitSource("PerAccount", "666", limiter.SourceOverride)
@@ -331,7 +322,7 @@ func TestDegraded(t *testing.T) {
 }
 
 func TestFailClosed(t *testing.T) {
-	e := newEnv(t, withStore(failingStore{}))
+	e := newEnv(t, withStore(storetest.Down{Err: errStoreDown}))
 	e.limit("PerAccount", "reg_id", 3, 3, "3s")
 	e.waitLimit("PerAccount")
 	for _, op := range []string{"check", "spend", "refund"} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/limiter/storetest"
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
@@ -179,7 +180,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestDegradedMetrics(t *testing.T) {
-	e := newEnv(t, failOpen(), withStore(failingStore{}))
+	e := newEnv(t, failOpen(), withStore(storetest.Down{Err: errStoreDown}))
 	e.limit("PerAccount", "reg_id", 5, 5, "5s")
 	e.waitLimit("PerAccount")
 	e.decided("spend", e.admin, bucket("PerAccount", "1", 1))

@@ -82,8 +82,13 @@ type Outcome struct {
 	// RetryAfter is zero when allowed, Never when the request can never
 	// succeed, else the time until this cost would be allowed.
 	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full again.
+	// ResetAfter is the time until the bucket is full again: for a lease
+	// bucket, until its last lease expires; for a calendar quota, until
+	// its window ends.
 	ResetAfter time.Duration
+	// Held is the units a lease bucket holds after the request; 0 for
+	// the other kinds.
+	Held int64
 }
 
 // SpendStep applies a spend of cost at now to a bucket whose stored TAT is
@@ -184,7 +189,7 @@ func held(ahead int64, r Rate, out Outcome) Outcome {
 	return out
 }
 
-// StepBatch applies op's step at now to every bucket of a batch whose TATs
+// StepBatch applies op's step at batchNow (or the bucket's own Now) to every bucket of a batch whose TATs
 // a store has just read into Bucket.TAT, and sets each bucket's Next and
 // Outcome. It reports whether the batch is to be written: always for
 // Refund and Settle, never for Check, and for Spend when every bucket that
@@ -193,9 +198,13 @@ func held(ahead int64, r Rate, out Outcome) Outcome {
 // buckets that allowed their cost report what they hold, since the batch
 // as a whole spends nothing. Every Store decides with it, so that
 // each bucket's step is computed once.
-func StepBatch(op Op, now int64, batch []Bucket) bool {
+func StepBatch(op Op, batchNow int64, batch []Bucket) bool {
 	for i := range batch {
 		b := &batch[i]
+		now := batchNow
+		if b.Now != 0 {
+			now = b.Now
+		}
 		switch op {
 		case Refund:
 			b.Next, b.Outcome = RefundStep(b.TAT, now, b.Rate, b.Cost)

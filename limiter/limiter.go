@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,6 +94,9 @@ type Config struct {
 	// decision took and its error, for the store's latency metric. Nil
 	// costs the decision nothing.
 	ObserveStore func(op Op, took time.Duration, err error)
+	// ObserveLease, when set, is told of leases acquired, released,
+	// renewed and found expired, by limit, never by bucket.
+	ObserveLease func(limit string, e LeaseEvent, n int64)
 }
 
 // Stats are the Limiter's counters since it started.
@@ -107,6 +111,8 @@ type Limiter struct {
 	store    Store
 	trace    func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
 	observe  func(op Op, took time.Duration, err error)
+	// observeLease is Config.ObserveLease.
+	observeLease func(limit string, e LeaseEvent, n int64)
 	now      func() time.Time
 	failOpen bool
 	log      *slog.Logger
@@ -121,7 +127,7 @@ type Limiter struct {
 // New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot
 // until SetSnapshot is called.
 func New(cfg Config) *Limiter {
-	l := &Limiter{store: cfg.Store, trace: cfg.TraceStore, observe: cfg.ObserveStore, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
+	l := &Limiter{store: cfg.Store, trace: cfg.TraceStore, observe: cfg.ObserveStore, observeLease: cfg.ObserveLease, now: cfg.Now, failOpen: cfg.FailOpen, log: cfg.Logger}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -164,14 +170,23 @@ type scratch struct {
 	// request i's key ends at ends[i] (empty when it did not resolve).
 	buf  []byte
 	ends []int
-	// pos[i] is the index in batch of request i, or -1 when its decision
-	// was made without the store.
+	// pos[i] is the index in batch of request i, -1 when its decision
+	// was made without the store, or -2-j for leases[j].
 	pos []int
+	// leases are the buckets of concurrency limits that a check reads.
+	leases []LeaseBucket
+	// quotaEnd[i] is the end of request i's window, in Unix µs, when it
+	// is a calendar quota's; else 0.
+	quotaEnd []int64
 }
 
 func (sc *scratch) reset() {
 	sc.batch, sc.epochs, sc.buf, sc.ends, sc.pos = sc.batch[:0], sc.epochs[:0], sc.buf[:0], sc.ends[:0], sc.pos[:0]
+	sc.leases, sc.quotaEnd = sc.leases[:0], sc.quotaEnd[:0]
 }
+
+// opReset resolves the buckets of Limiter.Reset, which may be of any kind.
+const opReset Op = 0
 
 // key returns the key of request i.
 func (sc *scratch) key(i int) []byte {
@@ -217,9 +232,21 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 	}
+	if len(sc.leases) > 0 {
+		// A check of concurrency buckets reads what they hold; it needs
+		// no atomicity with the rate buckets, as nothing is written.
+		if err := l.store.Held(ctx, now, sc.leases); err != nil {
+			l.leaseFailed(err)
+			return l.storeFailed(decisions, sc.pos, err)
+		}
+		LeaseStep(now.UnixMicro(), 0, sc.leases)
+	}
 	for i, p := range sc.pos {
-		if p >= 0 {
+		switch {
+		case p >= 0:
 			decisions[i].Outcome = sc.batch[p].Outcome
+		case p <= -2:
+			decisions[i].Outcome = sc.leases[-2-p].Outcome
 		}
 	}
 	if localDenial && (op == Spend || op == Check) && within(sc.batch) {
@@ -231,6 +258,11 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 				b := &sc.batch[p]
 				decisions[i].Outcome = unspent(b.Outcome, b.Cost, b.Rate)
 			}
+		}
+	}
+	for i, end := range sc.quotaEnd {
+		if end != 0 {
+			decisions[i].Outcome = quotaOutcome(decisions[i].Outcome, end, now.UnixMicro())
 		}
 	}
 	res := summarize(decisions)
@@ -252,7 +284,11 @@ func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket, epochs []uint
 			l.denied.forget(b.Key)
 			continue
 		}
-		l.denied.remember(b.Key, b.Next, nowUS, b.Rate, epochs[i])
+		now := nowUS
+		if b.Now != 0 {
+			now = b.Now
+		}
+		l.denied.remember(b.Key, b.Next, now, b.Rate, epochs[i])
 	}
 }
 
@@ -309,7 +345,7 @@ func (l *Limiter) storeFailed(decisions []Decision, pos []int, err error) (Resul
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	for i, p := range pos {
-		if p >= 0 {
+		if p != -1 {
 			decisions[i].Outcome = Outcome{Allowed: true}
 		}
 	}
@@ -348,15 +384,21 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 			}
 			ve.Add(field("."+fe.Field), fe.Message)
 			sc.ends = append(sc.ends, len(sc.buf))
+			sc.quotaEnd = append(sc.quotaEnd, 0)
 			continue
 		}
 		sc.buf = buf
 		sc.ends = append(sc.ends, len(buf))
+		sc.quotaEnd = append(sc.quotaEnd, 0)
 		key := sc.key(i)
 		for j := range i {
 			if bytes.Equal(sc.key(j), key) {
 				ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
 			}
+		}
+		lease := r.Limit.KindOf() == KindConcurrency
+		if lease && op != Check && op != opReset {
+			ve.Add(field(".limit"), "is a concurrency limit: acquire, release and renew hold its units")
 		}
 		if len(ve.Fields) > 0 {
 			continue
@@ -364,19 +406,30 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow
 		d.Unit = r.Limit.Counts()
-		rate := r.Params.Rate()
+		rate, bucketNow := Rate{}, int64(0)
+		if r.Limit.Quota() {
+			var length time.Duration
+			bucketNow, length = quotaNow(r.Limit.Calendar, r.zone, now)
+			rate, d.Params.Period, sc.quotaEnd[i] = quotaRate(r.Params.Count), length, bucketNow
+		} else if !lease {
+			rate = r.Params.Rate()
+		}
 		switch {
 		case r.Source == SourceUnlimited:
 			d.Outcome = Outcome{Allowed: true, Remaining: r.Params.Burst}
+		case lease:
+			sc.pos = append(sc.pos, -2-len(sc.leases))
+			sc.leases = append(sc.leases, LeaseBucket{Burst: r.Params.Burst, Cost: req.Cost, Shadow: r.Limit.Shadow})
+			continue
 		case r.Params.Burst == 0:
 			// A blocked bucket holds nothing a store could change.
 			b := [1]Bucket{{Rate: rate, Cost: req.Cost, Reserved: req.Reserved}}
 			StepBatch(op, nowUS, b[:])
 			d.Outcome = b[0].Outcome
-		case (op == Spend || op == Check) && l.denied.deny(key, nowUS, rate, req.Cost, &d.Outcome):
+		case (op == Spend || op == Check) && l.denied.deny(key, cmp.Or(bucketNow, nowUS), rate, req.Cost, &d.Outcome):
 		default:
 			sc.pos = append(sc.pos, len(sc.batch))
-			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Reserved: req.Reserved, Shadow: r.Limit.Shadow})
+			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Reserved: req.Reserved, Shadow: r.Limit.Shadow, Now: bucketNow})
 			sc.epochs = append(sc.epochs, l.denied.epoch(key))
 			continue
 		}
@@ -388,8 +441,11 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 	}
 	// Keys are set only now: appending to buf may have moved it.
 	for i, p := range sc.pos {
-		if p >= 0 {
+		switch {
+		case p >= 0:
 			sc.batch[p].Key = sc.key(i)
+		case p <= -2:
+			sc.leases[-2-p].Key = sc.key(i)
 		}
 	}
 	return localDenial, nil
@@ -428,9 +484,8 @@ func (l *Limiter) Reset(ctx context.Context, reqs []Request) (int, error) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	sc.reset()
-	// Resolving as a refund leaves the denied cache alone.
 	decisions := make([]Decision, len(reqs))
-	if _, err := l.resolve(snap, Refund, reqs, l.now(), decisions, sc); err != nil {
+	if _, err := l.resolve(snap, opReset, reqs, l.now(), decisions, sc); err != nil {
 		return 0, err
 	}
 	keys := make([]string, len(reqs))

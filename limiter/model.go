@@ -38,6 +38,13 @@ type Limit struct {
 	// keys, then keeps the new limit from finding the old one's buckets.
 	Generation int
 	IDFormat   IDFormat
+	// Kind is fixed at creation; empty means KindRate.
+	Kind Kind
+	// Calendar makes the limit a quota of Count units per calendar window
+	// in TimeZone, an IANA name, instead of a GCRA rate; empty for rate
+	// and concurrency limits, which have no zone.
+	Calendar Calendar
+	TimeZone string
 	Params
 	Description string
 	// Unit is what a token of the limit counts, for people and metrics;
@@ -63,7 +70,7 @@ func (l Limit) Validate() []FieldError {
 	if !l.IDFormat.Valid() {
 		ve.Add("id_format", "must be one of "+FormatList())
 	}
-	ve.Fields = append(ve.Fields, l.Params.Validate(false)...)
+	l.validateKind(&ve)
 	if msg := TextProblem(l.Description); msg != "" {
 		ve.Add("description", msg)
 	}

@@ -23,10 +23,12 @@ const (
 	SourceUnlimited Source = "unlimited"
 )
 
-// limitEntry is a limit with its precomputed key prefix.
+// limitEntry is a limit with its precomputed key prefix and, for a
+// calendar quota, its zone.
 type limitEntry struct {
 	Limit
 	prefix string
+	zone   *time.Location
 }
 
 // overrideEntry is what a decision needs of an override, kept small because
@@ -87,6 +89,8 @@ type Resolution struct {
 	Key      string
 	Params   Params
 	Source   Source
+	// zone is a calendar quota's time zone.
+	zone *time.Location
 }
 
 // Resolve finds the limit called name, canonicalises bucketID and picks the
@@ -111,7 +115,7 @@ func (s *Snapshot) resolve(buf []byte, name, bucketID string, nowUS int64) (Reso
 		return Resolution{}, nil, FieldError{Field: "bucket_id", Message: err.Error()}
 	}
 	key := appendKey(buf, e.prefix, e.IDFormat, id)
-	r := Resolution{Limit: &e.Limit, BucketID: id, Params: e.Params, Source: SourceDefault}
+	r := Resolution{Limit: &e.Limit, BucketID: id, Params: e.Params, Source: SourceDefault, zone: e.zone}
 	o, ok := s.override(key[len(buf):], nowUS)
 	if !ok && e.IDFormat.AccountWide() {
 		// The account's override, keyed like a bucket whose id is the
@@ -200,6 +204,9 @@ func (b *Builder) PutLimit(l Limit) error {
 		delete(b.snap.byEnum, old.Enum)
 	}
 	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
+	if l.Quota() {
+		e.zone, _ = LoadZone(l.TimeZone) // Validate loaded it already
+	}
 	b.snap.byName[l.Name] = e
 	b.snap.byEnum[l.Enum] = e
 	return nil
@@ -224,12 +231,12 @@ func (b *Builder) PutOverride(o Override) error {
 	if !o.Enabled {
 		return b.DeleteOverride(o.Limit, o.BucketID)
 	}
-	if fe := o.Params.Validate(true); len(fe) > 0 && !o.Unlimited {
-		return fmt.Errorf("override of %q for %q: %w", o.Limit, o.BucketID, &ValidationError{Fields: fe})
-	}
 	key, err := b.key(o.Limit, o.BucketID)
 	if err != nil {
 		return err
+	}
+	if fe := b.snap.byName[o.Limit].ParamsProblems(o.Params, true); len(fe) > 0 && !o.Unlimited {
+		return fmt.Errorf("override of %q for %q: %w", o.Limit, o.BucketID, &ValidationError{Fields: fe})
 	}
 	var expires int64
 	if !o.ExpiresAt.IsZero() {

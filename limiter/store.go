@@ -20,6 +20,9 @@ type Bucket struct {
 	// Shadow marks a bucket of a shadow limit: it is spent when it allows
 	// its cost, but its denial does not stop the rest of the batch.
 	Shadow bool
+	// Now is the bucket's clock in Unix µs, 0 for the batch's now: a
+	// calendar quota's is the end of its window (calendar.go).
+	Now int64
 	// TAT is set by the Store: the bucket's TAT in Unix microseconds as it
 	// was before the call, 0 for a bucket it does not hold.
 	TAT int64
@@ -42,8 +45,12 @@ type Store interface {
 	// a spend that any bucket outside shadow limits denies writes nothing.
 	// A Check only reads.
 	Apply(ctx context.Context, op Op, now time.Time, batch []Bucket) (bool, error)
-	// Reset forgets the buckets, which makes them full.
+	// Reset forgets the buckets, which makes them full (a lease bucket:
+	// empty, its leases gone).
 	Reset(ctx context.Context, keys []string) error
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
+	// Every store keeps the leases of concurrency limits too; Reset
+	// forgets a lease bucket's leases.
+	LeaseStore
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/storetest"
 )
 
 const (
@@ -241,20 +242,11 @@ func TestShadowNeverDenies(t *testing.T) {
 	}
 }
 
-// downStore is a store that never answers.
-type downStore struct{}
-
 var errDown = errors.New("store down")
-
-func (downStore) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
-	return false, errDown
-}
-func (downStore) Reset(context.Context, []string) error { return errDown }
-func (downStore) Ping(context.Context) error            { return errDown }
 
 func TestFailModes(t *testing.T) {
 	for _, open := range []bool{true, false} {
-		e := newEnv(t, engines[0], envOptions{store: downStore{}, failOpen: open})
+		e := newEnv(t, engines[0], envOptions{store: storetest.Down{Err: errDown}, failOpen: open})
 		e.limit(perMinute("L", limiter.String, 1, 1))
 		e.rule("d", "L", "k", "")
 		res, err := e.call(request("d", desc("k", "v"), desc("unmatched", "x")))
@@ -329,7 +321,7 @@ func TestHealthFollowsReadiness(t *testing.T) {
 		return check("") == healthpb.HealthCheckResponse_SERVING && check(rlsv3.RateLimitService_ServiceDesc.ServiceName) == healthpb.HealthCheckResponse_SERVING
 	})
 	// A store that stops answering makes the replica unready.
-	down := newEnv(t, engines[0], envOptions{store: downStore{}})
+	down := newEnv(t, engines[0], envOptions{store: storetest.Down{Err: errDown}})
 	hc = healthpb.NewHealthClient(down.conn)
 	for range 3 {
 		if st := check(""); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -432,7 +424,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // stallStore answers nothing until its caller gives up, and records the
 // deadline it was given.
 type stallStore struct {
-	downStore
+	storetest.Down
 	deadlines chan time.Time
 }
 
@@ -448,7 +440,7 @@ func (stallStore) Ping(context.Context) error { return nil }
 // TestDeadlineBoundsTheStore: the store call ends with the caller's
 // deadline, as Envoy's filter timeout sets it, and fails closed.
 func TestDeadlineBoundsTheStore(t *testing.T) {
-	st := stallStore{deadlines: make(chan time.Time, 1)}
+	st := stallStore{Down: storetest.Down{Err: errDown}, deadlines: make(chan time.Time, 1)}
 	e := newEnv(t, engines[0], envOptions{store: st})
 	e.limit(perMinute("L", limiter.String, 1, 1))
 	e.rule("d", "L", "k", "")

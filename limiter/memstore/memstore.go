@@ -37,6 +37,8 @@ type Store struct {
 	now    func() time.Time
 	stop   chan struct{}
 	done   chan struct{}
+	// records finds a lease's buckets by its id (lease.go).
+	records [shardCount]recordShard
 }
 
 type shard struct {
@@ -46,6 +48,8 @@ type shard struct {
 	// The values are pointers so that a spend finds its bucket once and
 	// writes through the pointer.
 	tats map[string]*int64
+	// leases holds the lease buckets of concurrency limits (lease.go).
+	leases map[string]*leaseSet
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -58,6 +62,8 @@ func New(opts Options) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].tats = make(map[string]*int64)
+		s.shards[i].leases = make(map[string]*leaseSet)
+		s.records[i].m = make(map[string]*limiter.LeaseRecord)
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -99,6 +105,7 @@ func (s *Store) Reset(_ context.Context, keys []string) error {
 		sh := &s.shards[maphash.String(s.seed, k)%shardCount]
 		sh.mu.Lock()
 		delete(sh.tats, k)
+		delete(sh.leases, k)
 		sh.mu.Unlock()
 	}
 	return nil
@@ -119,7 +126,9 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep drops every bucket that is full at now.
+// Sweep drops every bucket that is full at now, and the records of
+// expired leases. The leases themselves are dropped by the operations on
+// their buckets; a lease bucket whose last lease expired goes here.
 func (s *Store) Sweep(now time.Time) {
 	nowUS := now.UnixMicro()
 	for i := range s.shards {
@@ -130,7 +139,20 @@ func (s *Store) Sweep(now time.Time) {
 				delete(sh.tats, k)
 			}
 		}
+		for k, set := range sh.leases {
+			if set.latest() <= nowUS {
+				delete(sh.leases, k)
+			}
+		}
 		sh.mu.Unlock()
+		rs := &s.records[i]
+		rs.mu.Lock()
+		for id, rec := range rs.m {
+			if rec.Expires <= nowUS {
+				delete(rs.m, id)
+			}
+		}
+		rs.mu.Unlock()
 	}
 }
 
@@ -158,21 +180,9 @@ func (s *Store) shard(key []byte) *shard { return &s.shards[s.shardIndex(key)] }
 type shardSet [shardCount / 64]uint64
 
 // lock locks the shards of the batch in ascending order and reads every
-// TAT into the batch; unlock releases them. A single bucket, the common
-// case, skips the set.
+// TAT into the batch; unlock releases them.
 func (s *Store) lock(batch []limiter.Bucket) shardSet {
-	var set shardSet
-	if len(batch) == 1 {
-		sh := s.shard(batch[0].Key)
-		sh.mu.Lock()
-		batch[0].TAT = sh.get(batch[0].Key)
-		return set
-	}
-	for i := range batch {
-		n := s.shardIndex(batch[i].Key)
-		set[n/64] |= 1 << (n % 64)
-	}
-	set.each(func(n int) { s.shards[n].mu.Lock() })
+	set := lockKeys(s, batch, func(b *limiter.Bucket) []byte { return b.Key })
 	for i := range batch {
 		batch[i].TAT = s.shard(batch[i].Key).get(batch[i].Key)
 	}
@@ -180,8 +190,30 @@ func (s *Store) lock(batch []limiter.Bucket) shardSet {
 }
 
 func (s *Store) unlock(batch []limiter.Bucket, set shardSet) {
-	if len(batch) == 1 {
-		s.shard(batch[0].Key).mu.Unlock()
+	unlockKeys(s, batch, set, func(b *limiter.Bucket) []byte { return b.Key })
+}
+
+// lockKeys locks the shards of the items' keys in ascending order, which
+// makes a batch atomic without a global lock and without deadlocks. A
+// single item, the common case, skips the set.
+func lockKeys[T any](s *Store, items []T, key func(*T) []byte) shardSet {
+	var set shardSet
+	if len(items) == 1 {
+		s.shard(key(&items[0])).mu.Lock()
+		return set
+	}
+	for i := range items {
+		n := s.shardIndex(key(&items[i]))
+		set[n/64] |= 1 << (n % 64)
+	}
+	set.each(func(n int) { s.shards[n].mu.Lock() })
+	return set
+}
+
+// unlockKeys releases what lockKeys locked.
+func unlockKeys[T any](s *Store, items []T, set shardSet, key func(*T) []byte) {
+	if len(items) == 1 {
+		s.shard(key(&items[0])).mu.Unlock()
 		return
 	}
 	set.each(func(n int) { s.shards[n].mu.Unlock() })

@@ -112,7 +112,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 		case written:
 			for _, b := range g.batch {
 				if b.Next != b.TAT {
-					undo = append(undo, limiter.Bucket{Key: b.Key, Rate: b.Rate, Cost: b.Cost})
+					undo = append(undo, limiter.Bucket{Key: b.Key, Rate: b.Rate, Cost: b.Cost, Now: b.Now})
 				}
 			}
 		default:

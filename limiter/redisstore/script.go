@@ -34,15 +34,17 @@ import (
 // KEYS: the keys of every batch, batch after batch.
 // ARGV: per batch, the operation ("check", "spend", "refund" or "settle")
 // and its number of keys n; except for a check, then now and the expiry
-// margin, both in µs, and four values per key: the interval T in µs, the
-// burst, the cost (for a settle, actual - reserved, which may be negative)
-// and "1" for a shadow bucket.
+// margin, both in µs, and five values per key: the interval T in µs, the
+// burst, the cost (for a settle, actual - reserved, which may be negative),
+// "1" for a shadow bucket, and the bucket's own now in µs, 0 for the
+// batch's (a calendar quota's clock is its window's end: see
+// limiter/calendar.go).
 // Returns, per batch: 1 when it was written, 0 when not, -1 when a key
 // holds something that is no TAT (the batch is then left alone, and the
 // key's TAT is -1); then the TAT read of each key, 0 when absent.
 const batchLua = `
 local reply = {}
-local now, margin
+local now, margin, batchNow
 
 -- The key lives until its bucket is full again, plus the margin that
 -- covers the skew between our clocks and the server's. Redis writes a
@@ -90,11 +92,19 @@ local function run(op, k, n, a)
   if op == 'check' then
     return
   end
-  now, margin = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  batchNow, margin = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  -- clock sets now to bucket i's clock.
+  local function clock(b)
+    now = tonumber(ARGV[b + 4])
+    if now == 0 then
+      now = batchNow
+    end
+  end
   if op == 'spend' then
     local spent = {}
     for i = 1, n do
-      local b = a + 4 * i - 2
+      local b = a + 5 * i - 3
+      clock(b)
       local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
       local t = math.max(reply[at + i], now)
       -- A cost above the burst, which includes any cost on burst 0, is
@@ -111,7 +121,8 @@ local function run(op, k, n, a)
     end
   else
     for i = 1, n do
-      local key, b = KEYS[k + i], a + 4 * i - 2
+      local key, b = KEYS[k + i], a + 5 * i - 3
+      clock(b)
       local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
       local t = math.max(reply[at + i], now)
       if burst > 0 and op == 'settle' and cost > 0 then
@@ -144,7 +155,7 @@ while a <= #ARGV do
   run(op, k, n, a + 2)
   k, a = k + n, a + 2
   if op ~= 'check' then
-    a = a + 2 + 4 * n
+    a = a + 2 + 5 * n
   end
 end
 return reply
@@ -190,7 +201,7 @@ func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bu
 		if b.Shadow {
 			shadow = 1
 		}
-		args = append(args, b.Rate.Interval, b.Rate.Burst, cost, shadow)
+		args = append(args, b.Rate.Interval, b.Rate.Burst, cost, shadow, b.Now)
 	}
 	return scriptRun{keys: keys, args: args}
 }

@@ -1,0 +1,118 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+func calls(name string, enum int, burst int64, period time.Duration) limiter.Limit {
+	return limiter.Limit{Name: name, Enum: enum, IDFormat: limiter.String, Kind: limiter.KindConcurrency,
+		Params: limiter.Params{Burst: burst, Count: burst, Period: period}}
+}
+
+func TestLeaseStory(t *testing.T) {
+	snap := build(t, []limiter.Limit{calls("Calls", 130, 3, 30*time.Second), calls("Jobs", 131, 10, time.Minute), orders()})
+	f := newFixture(t, limiter.Config{}, snap)
+	ctx := context.Background()
+	acquire := func(ttl time.Duration, reqs ...limiter.Request) limiter.LeaseResult {
+		t.Helper()
+		res, err := f.l.Acquire(ctx, reqs, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := acquire(0, req("Calls", "a", 2), req("Jobs", "a", 1))
+	if first.Lease == nil || !first.Lease.Expires.Equal(t0.Add(30*time.Second)) || first.Decisions[0].Held != 2 || first.Decisions[0].Remaining != 1 {
+		t.Fatalf("first: %+v", first)
+	}
+	f.now = t0.Add(10 * time.Second)
+	// All or nothing: Calls has 1 left, so Jobs takes nothing either.
+	denied := acquire(0, req("Jobs", "a", 1), req("Calls", "a", 2))
+	if denied.Allowed || denied.Lease != nil || denied.RetryAfter != 20*time.Second || denied.Decisions[0].Held != 1 || denied.Decisions[1].Held != 2 {
+		t.Fatalf("denied: %+v", denied)
+	}
+	if res := f.decide(t, limiter.Check, req("Calls", "a", 0), req("Jobs", "a", 0)); res.Decisions[0].Held != 2 || res.Decisions[1].Held != 1 {
+		t.Fatalf("check: %+v", res.Decisions)
+	}
+	if _, err := f.l.Decide(ctx, limiter.Spend, []limiter.Request{req("Calls", "a", 1)}, nil); !isField(err, "buckets[0].limit") {
+		t.Fatalf("spend on a concurrency limit: %v", err)
+	}
+	if _, err := f.l.Acquire(ctx, []limiter.Request{req("NewOrdersPerAccount", "1", 1)}, 0); !isField(err, "buckets[0].limit") {
+		t.Fatalf("acquire on a rate limit: %v", err)
+	}
+	if _, err := f.l.Acquire(ctx, []limiter.Request{req("Calls", "a", 1), req("Jobs", "a", 1)}, 31*time.Second); !isField(err, "ttl_ms") {
+		t.Fatalf("ttl above the shortest period: %v", err)
+	}
+	// Renewed, the lease outlives its first expiry.
+	renewed, err := f.l.Renew(ctx, first.Lease.ID, 0)
+	if err != nil || !renewed.Expires.Equal(f.now.Add(30*time.Second)) {
+		t.Fatalf("renew: %+v %v", renewed, err)
+	}
+	f.now = t0.Add(35 * time.Second)
+	if res := f.decide(t, limiter.Check, req("Calls", "a", 0)); res.Decisions[0].Held != 2 {
+		t.Fatalf("after the first expiry: %+v", res.Decisions)
+	}
+	if ok, err := f.l.Release(ctx, first.Lease.ID); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if ok, err := f.l.Release(ctx, first.Lease.ID); ok || err != nil {
+		t.Fatalf("second release: %v %v", ok, err)
+	}
+	if _, err := f.l.Renew(ctx, first.Lease.ID, 0); !errors.Is(err, limiter.ErrLeaseNotFound) {
+		t.Fatalf("renew after release: %v", err)
+	}
+	// Expiry frees the units without a release.
+	second := acquire(time.Second, req("Calls", "a", 3))
+	if second.Lease == nil {
+		t.Fatalf("second: %+v", second)
+	}
+	f.now = f.now.Add(time.Second)
+	if third := acquire(0, req("Calls", "a", 3)); third.Lease == nil || third.Decisions[0].Held != 3 {
+		t.Fatalf("after expiry: %+v", third)
+	}
+	if _, err := f.l.Renew(ctx, second.Lease.ID, 0); !errors.Is(err, limiter.ErrLeaseNotFound) {
+		t.Fatalf("renew of an expired lease: %v", err)
+	}
+}
+
+func TestLeasesExactUnderConcurrency(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, build(t, []limiter.Limit{calls("Calls", 130, 7, time.Minute)}))
+	admitted := runConcurrently(100, func() bool {
+		res, err := f.l.Acquire(context.Background(), []limiter.Request{req("Calls", "x", 1)}, 0)
+		return err == nil && res.Lease != nil
+	})
+	if admitted != 7 {
+		t.Fatalf("admitted %d of 100, want 7", admitted)
+	}
+}
+
+func TestLeaseIDs(t *testing.T) {
+	id := limiter.NewLeaseID()
+	if !limiter.ValidLeaseID(id) || limiter.NewLeaseID() == id {
+		t.Fatalf("%q", id)
+	}
+	for _, bad := range []string{"", "lse_", id + "a", id[:len(id)-1], "LSE_" + id[4:], id[:len(id)-1] + "1", id[:len(id)-1] + "b", "../../etc/passwd"} {
+		if limiter.ValidLeaseID(bad) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// isField reports whether err is a validation error naming field.
+func isField(err error, field string) bool {
+	var ve *limiter.ValidationError
+	if !errors.As(err, &ve) {
+		return false
+	}
+	for _, fe := range ve.Fields {
+		if fe.Field == field {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,43 @@
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Down is a store that cannot be reached: every call fails with Err, for
+// the tests of the fail modes.
+type Down struct{ Err error }
+
+var _ limiter.Store = Down{}
+
+// Apply implements limiter.Store.
+func (d Down) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (bool, error) {
+	return false, d.Err
+}
+
+// Reset implements limiter.Store.
+func (d Down) Reset(context.Context, []string) error { return d.Err }
+
+// Ping implements limiter.Store.
+func (d Down) Ping(context.Context) error { return d.Err }
+
+// Acquire implements limiter.LeaseStore.
+func (d Down) Acquire(context.Context, time.Time, *limiter.LeaseRecord, []limiter.LeaseBucket) (bool, error) {
+	return false, d.Err
+}
+
+// Held implements limiter.LeaseStore.
+func (d Down) Held(context.Context, time.Time, []limiter.LeaseBucket) error { return d.Err }
+
+// Release implements limiter.LeaseStore.
+func (d Down) Release(context.Context, time.Time, string) (limiter.LeaseRecord, error) {
+	return limiter.LeaseRecord{}, d.Err
+}
+
+// Renew implements limiter.LeaseStore.
+func (d Down) Renew(context.Context, time.Time, string, func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
+	return limiter.LeaseRecord{}, d.Err
+}
