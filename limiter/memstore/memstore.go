@@ -182,6 +182,13 @@ type shardSet [shardCount / 64]uint64
 // lock locks the shards of the batch in ascending order and reads every
 // TAT into the batch; unlock releases them.
 func (s *Store) lock(batch []limiter.Bucket) shardSet {
+	if len(batch) == 1 {
+		// The common case, spelled out: lockKeys is not inlined.
+		sh := s.shard(batch[0].Key)
+		sh.mu.Lock()
+		batch[0].TAT = sh.get(batch[0].Key)
+		return shardSet{}
+	}
 	set := lockKeys(s, batch, func(b *limiter.Bucket) []byte { return b.Key })
 	for i := range batch {
 		batch[i].TAT = s.shard(batch[i].Key).get(batch[i].Key)
@@ -190,6 +197,10 @@ func (s *Store) lock(batch []limiter.Bucket) shardSet {
 }
 
 func (s *Store) unlock(batch []limiter.Bucket, set shardSet) {
+	if len(batch) == 1 {
+		s.shard(batch[0].Key).mu.Unlock()
+		return
+	}
 	unlockKeys(s, batch, set, func(b *limiter.Bucket) []byte { return b.Key })
 }
 
