@@ -118,6 +118,8 @@ type modelLimit struct {
 	params modelParams
 	enum   int
 	gen    int
+	// kind is "" for a rate limit; a quota's calendar and zone.
+	kind, calendar, zone string
 }
 
 // modelOverride is an override as the model knows it. expires is in µs of
@@ -150,12 +152,18 @@ type model struct {
 	// gens counts the limits ever created, for their generations.
 	gens   int
 	tokens map[string]bool // live (true) or revoked (false)
+	// leases are by label; quota holds what quota buckets used;
+	// acquires counts the acquires sent, for the labels.
+	leases   map[string]*modelLease
+	quota    map[bucketKey]quotaUse
+	acquires int
 }
 
 func newModel(now time.Time) *model {
 	return &model{
 		now: now.UnixMicro(), limits: map[string]*modelLimit{}, overrides: map[overrideKey]*modelOverride{},
 		tats: map[bucketKey]int64{}, enums: map[int]bool{}, tokens: map[string]bool{},
+		leases: map[string]*modelLease{}, quota: map[bucketKey]quotaUse{},
 	}
 }
 
@@ -550,9 +558,13 @@ type outcome struct {
 	remaining  int64
 	retryMS    int64
 	source     string
+	held       int64
+	resetMS    int64
 	checkAllow bool // false where the contract leaves allowed open
 	checkRest  bool // remaining is known
 	checkRetry bool // retry_after_ms is known
+	checkHeld  bool // held is known
+	checkReset bool // reset_after_ms is known
 }
 
 // gcra is the contract's step for a spend or check of cost at now on a
@@ -608,6 +620,7 @@ type resolved struct {
 	key    bucketKey
 	params modelParams
 	source string
+	limit  *modelLimit
 }
 
 // resolve finds a bucket's parameters: its override when enabled and not
@@ -625,7 +638,7 @@ func (m *model) resolve(b bucketOp) (resolved, string, int) {
 	if bad != 0 {
 		return resolved{}, "", bad
 	}
-	r := resolved{key: bucketKey{l.gen, id}, params: l.params, source: "default"}
+	r := resolved{key: bucketKey{l.gen, id}, params: l.params, source: "default", limit: l}
 	if o := m.overrides[overrideKey{b.limit, id}]; o != nil && o.enabled && (o.expires == 0 || m.now < o.expires) {
 		r.params, r.source = o.params, "override"
 		if o.unlimited {
@@ -650,6 +663,8 @@ func (m *model) decide(o *op, a answer) string {
 			status = 400
 		case bad != 0 || b.cost < 0 || seen[name]:
 			status = 422
+		case r.limit.kind == kindConcurrency && o.kind != opCheck:
+			status = 422 // leases are acquired, released and renewed
 		}
 		seen[name] = true
 		rs[i] = r
@@ -662,11 +677,16 @@ func (m *model) decide(o *op, a answer) string {
 	}
 	outs := make([]outcome, len(rs))
 	tats := make([]int64, len(rs))
+	uses := make([]quotaUse, len(rs))
 	allowed := true
 	for i, r := range rs {
 		cost := o.buckets[i].cost
 		if r.source == "unlimited" {
 			outs[i] = outcome{allowed: true, checkAllow: o.kind != opRefund}
+		} else if r.limit.kind == kindConcurrency {
+			outs[i] = m.leaseOutcome(r.key, r.params, cost)
+		} else if r.limit.kind == kindQuota {
+			uses[i], outs[i] = m.quotaOutcome(r, cost, o.kind == opRefund)
 		} else if o.kind == opRefund {
 			tats[i], outs[i] = refund(m.tats[r.key], m.now, r.params, cost)
 		} else {
@@ -676,15 +696,13 @@ func (m *model) decide(o *op, a answer) string {
 		allowed = allowed && outs[i].allowed
 	}
 	switch {
-	case o.kind == opRefund:
+	case o.kind == opRefund, allowed && o.kind == opSpend:
 		for i, r := range rs {
-			if r.source != "unlimited" {
-				m.tats[r.key] = tats[i]
-			}
-		}
-	case allowed && o.kind == opSpend:
-		for i, r := range rs {
-			if r.source != "unlimited" {
+			switch {
+			case r.source == "unlimited":
+			case r.limit.kind == kindQuota:
+				m.quota[r.key] = uses[i]
+			default:
 				m.tats[r.key] = tats[i]
 			}
 		}
@@ -692,7 +710,12 @@ func (m *model) decide(o *op, a answer) string {
 		// A denied batch spends nothing: the buckets that would have
 		// allowed it report what they hold.
 		for i, r := range rs {
-			if outs[i].allowed && r.source != "unlimited" {
+			switch {
+			case !outs[i].allowed || r.source == "unlimited" || r.limit.kind == kindConcurrency:
+			case r.limit.kind == kindQuota:
+				_, held := m.quotaOutcome(r, 0, false)
+				outs[i].remaining = held.remaining
+			default:
 				_, held := gcra(m.tats[r.key], m.now, r.params, 0)
 				outs[i].remaining = held.remaining
 			}
@@ -709,6 +732,8 @@ type decisionBody struct {
 		Reason       *string
 		Remaining    int64
 		RetryAfterMS int64 `json:"retry_after_ms"`
+		ResetAfterMS int64 `json:"reset_after_ms"`
+		Held         int64
 		Source       string
 	}
 }
@@ -746,6 +771,12 @@ func compareDecisions(body []byte, checkTop, allowed bool, want []outcome) strin
 		if w.checkRetry && g.RetryAfterMS != w.retryMS {
 			diffs = append(diffs, fmt.Sprintf("retry_after_ms %d, want %d", g.RetryAfterMS, w.retryMS))
 		}
+		if w.checkReset && g.ResetAfterMS != w.resetMS {
+			diffs = append(diffs, fmt.Sprintf("reset_after_ms %d, want %d", g.ResetAfterMS, w.resetMS))
+		}
+		if w.checkHeld && g.Held != w.held {
+			diffs = append(diffs, fmt.Sprintf("held %d, want %d", g.Held, w.held))
+		}
 		if len(diffs) > 0 {
 			return mismatchf("bucket %d: %s; body %s", i, strings.Join(diffs, ", "), clip(body))
 		}
@@ -763,6 +794,8 @@ func (m *model) reset(o *op, a answer) string {
 		return s
 	}
 	delete(m.tats, r.key)
+	delete(m.quota, r.key)
+	m.resetLeases(r.key)
 	return ""
 }
 
@@ -772,6 +805,9 @@ func (m *model) reset(o *op, a answer) string {
 func (m *model) apply(o *op, a answer) string {
 	switch o.kind {
 	case opPutLimit:
+		if o.limitKind != "" {
+			return m.putKindLimit(o, a)
+		}
 		return m.putLimit(o, a)
 	case opDeleteLimit:
 		return m.deleteLimit(o, a)
@@ -798,6 +834,12 @@ func (m *model) apply(o *op, a answer) string {
 		return ""
 	case opRace:
 		return m.race(o, a)
+	case opAcquire:
+		return m.acquire(o, a)
+	case opRelease:
+		return m.release(o, a)
+	case opRenew:
+		return m.renew(o, a)
 	}
 	return mismatchf("unknown operation %v", o.kind)
 }
@@ -837,5 +879,6 @@ func (m *model) clone() *model {
 		c.overrides[k] = &o
 	}
 	c.tats, c.enums, c.tokens = maps.Clone(m.tats), maps.Clone(m.enums), maps.Clone(m.tokens)
+	m.cloneKinds(&c)
 	return &c
 }

@@ -143,6 +143,10 @@ const (
 	opClock
 	// opRace sends its two operations at once.
 	opRace
+	// The operations of leases (model_kinds_test.go).
+	opAcquire
+	opRelease
+	opRenew
 )
 
 // bucketOp is one bucket of a decision or a reset.
@@ -183,12 +187,27 @@ type op struct {
 	buckets   []bucketOp
 	step      time.Duration
 	race      []op
+	// limitKind, calendar and zone are those of a PUT of a concurrency
+	// limit ("concurrency") or quota ("quota"); badField names what makes
+	// such a PUT invalid.
+	limitKind, calendar, zone string
+	badField                  string
+	// lease labels the lease of an acquire, release or renew; ttlMS is
+	// their ttl_ms, -1 to leave it out.
+	lease string
+	ttlMS int64
 }
 
 func (o *op) String() string {
 	switch o.kind {
 	case opPutLimit:
 		s := fmt.Sprintf("PUT limit %s %s %s", o.limit, o.format, o.params)
+		if o.limitKind != "" {
+			s += fmt.Sprintf(" %s %s %s", o.limitKind, o.calendar, o.zone)
+		}
+		if o.badField != "" {
+			s += " (bad " + o.badField + ")"
+		}
 		if o.enum > 0 {
 			s += fmt.Sprintf(" enum %d", o.enum)
 		}
@@ -248,6 +267,23 @@ func (o *op) String() string {
 		return "clock +" + o.step.String()
 	case opRace:
 		return "at once: " + o.race[0].String() + " | " + o.race[1].String()
+	case opAcquire:
+		s := "acquire " + o.lease
+		for _, b := range o.buckets {
+			s += fmt.Sprintf(" %s/%q cost %d", b.limit, b.id, b.cost)
+		}
+		if o.ttlMS != -1 {
+			s += fmt.Sprintf(" ttl_ms %d", o.ttlMS)
+		}
+		return s
+	case opRelease:
+		return "release " + o.lease
+	case opRenew:
+		s := "renew " + o.lease
+		if o.ttlMS != -1 {
+			s += fmt.Sprintf(" ttl_ms %d", o.ttlMS)
+		}
+		return s
 	}
 	return "?"
 }
@@ -268,6 +304,8 @@ type slot struct {
 	name    string
 	formats []string
 	ids     []string
+	// kind is "" for a rate limit, else kindConcurrency or kindQuota.
+	kind string
 }
 
 var (
@@ -278,13 +316,15 @@ var (
 	regIDs    = []string{"42", "0042", "00000042", "7", "007", "18446744073709551615", "18446744073709551616", "0", "example.com"}
 	ipIDs     = []string{"192.0.2.1", "::ffff:192.0.2.1", "2001:db8::1", "2001:DB8:0:0::1", "2001:db8::1:2", "example.com"}
 	slots     = []slot{
-		{"Alpha", []string{"domain", "domain_or_cidr", "ident_value"}, dnsIDs},
-		{"Beta", []string{"string"}, stringIDs},
-		{"Gamma", []string{"reg_id"}, regIDs},
-		{"Delta", []string{"ip_address", "ident_value"}, ipIDs},
-		{"NewOrdersPerAccount", []string{"reg_id"}, regIDs},
-		{"NewRegistrationsPerIPAddress", []string{"ip_address"}, ipIDs},
-		{"CertificatesPerDomain", []string{"domain_or_cidr"}, dnsIDs},
+		{"Alpha", []string{"domain", "domain_or_cidr", "ident_value"}, dnsIDs, ""},
+		{"Beta", []string{"string"}, stringIDs, ""},
+		{"Gamma", []string{"reg_id"}, regIDs, ""},
+		{"Delta", []string{"ip_address", "ident_value"}, ipIDs, ""},
+		{"NewOrdersPerAccount", []string{"reg_id"}, regIDs, ""},
+		{"NewRegistrationsPerIPAddress", []string{"ip_address"}, ipIDs, ""},
+		{"CertificatesPerDomain", []string{"domain_or_cidr"}, dnsIDs, ""},
+		{"Calls", []string{"string"}, []string{"alice", "bob", "carol"}, kindConcurrency},
+		{"Quota", []string{"string"}, []string{"alice", "bob"}, kindQuota},
 	}
 	// comments are those of overrides: mostly none, as imports write them.
 	comments = []string{"", "", "", "customer 42", "a\x00b"}
@@ -380,6 +420,16 @@ func (g *generator) overrideTarget() (string, string) {
 	return s.name, pick(g.r, s.ids)
 }
 
+// rateSlot picks a slot of a rate limit, the only kind Boulder's files
+// and the races below write.
+func (g *generator) rateSlot() slot {
+	for {
+		if s := g.slot(); s.kind == "" {
+			return s
+		}
+	}
+}
+
 func slotNamed(name string) slot {
 	for _, s := range slots {
 		if s.name == name {
@@ -394,6 +444,9 @@ func (g *generator) expiry() time.Duration {
 }
 
 func (g *generator) next() op {
+	if o, ok := g.nextKinds(); ok {
+		return o
+	}
 	r := g.r
 	switch n := r.IntN(100); {
 	case n < 30:
@@ -411,7 +464,7 @@ func (g *generator) next() op {
 		return op{kind: opDeleteLimit, limit: g.slot().name}
 	case n < 73:
 		s := g.slot()
-		o := op{kind: opCreateOverride, limit: s.name, id: pick(r, s.ids), params: g.params(true)}
+		o := op{kind: opCreateOverride, limit: s.name, id: pick(r, s.ids), params: g.kindParams(s.kind, true)}
 		o.unlimited = r.IntN(5) == 0
 		o.disable = r.IntN(10) == 0
 		o.comment = pick(r, comments)
@@ -422,7 +475,7 @@ func (g *generator) next() op {
 	case n < 78:
 		o := op{kind: opPatchOverride, patch: pick(r, []string{"params", "params", "unlimited", "disable", "enable", "expire", "noexpiry"})}
 		o.limit, o.id = g.overrideTarget()
-		o.params, o.expiresIn = g.params(true), g.expiry()
+		o.params, o.expiresIn = g.kindParams(slotNamed(o.limit).kind, true), g.expiry()
 		return o
 	case n < 81:
 		o := op{kind: opDeleteOverride}
@@ -444,7 +497,7 @@ func (g *generator) next() op {
 		return o
 	case n < 98:
 		// An id format change and an override of the limit at once.
-		put := g.putLimit()
+		put := g.putLimitOf(g.rateSlot())
 		put.bad, put.enum, put.format = false, 0, pick(r, slotNamed(put.limit).formats)
 		create := op{kind: opCreateOverride, limit: put.limit, id: pick(r, slotNamed(put.limit).ids), params: g.params(false)}
 		return op{kind: opRace, race: []op{put, create}}
@@ -460,8 +513,12 @@ func (g *generator) decision(kind opKind) op {
 	return o
 }
 
-func (g *generator) putLimit() op {
-	s := g.slot()
+func (g *generator) putLimit() op { return g.putLimitOf(g.slot()) }
+
+func (g *generator) putLimitOf(s slot) op {
+	if s.kind != "" {
+		return g.putKindLimit(s)
+	}
 	o := op{kind: opPutLimit, limit: s.name, format: s.formats[0], params: g.params(false)}
 	if l := g.m.limits[s.name]; l != nil {
 		o.format = l.format
@@ -488,7 +545,7 @@ func (g *generator) putLimit() op {
 func (g *generator) importDefaults() op {
 	o := op{kind: opImportDefaults, dryRun: g.r.IntN(3) == 0}
 	for range 1 + g.r.IntN(2) {
-		s := g.slot()
+		s := g.rateSlot()
 		e := importEntry{limit: s.name, params: g.params(false)}
 		if _, catalogued := modelCatalogue[s.name]; !catalogued {
 			e.format = s.formats[0]
@@ -510,7 +567,7 @@ func (g *generator) importDefaults() op {
 func (g *generator) importOverrides() op {
 	o := op{kind: opImportOverrides, dryRun: g.r.IntN(3) == 0, mapFormat: g.r.IntN(3) == 0}
 	for range 1 + g.r.IntN(2) {
-		s := g.slot()
+		s := g.rateSlot()
 		e := importEntry{limit: s.name, params: g.params(true), unlimited: g.r.IntN(6) == 0}
 		for range 1 + g.r.IntN(2) {
 			// A file must be UTF-8 to be YAML: ids that are not are sent
@@ -594,7 +651,7 @@ func execute(t *testing.T, env func(*testing.T) map[string]string, n int, next f
 	})
 	defer func() { _ = svc.stop() }()
 	svc.waitReady(t)
-	d := &driver{t: t, url: svc.url, clock: clock, tokens: map[string]heldToken{}, tally: map[int]int{}}
+	d := &driver{t: t, url: svc.url, clock: clock, tokens: map[string]heldToken{}, leases: map[string]string{}, tally: map[int]int{}}
 	m := newModel(clock.Now())
 	ops := make([]op, 0, n)
 	for i := range n {
@@ -656,6 +713,8 @@ type driver struct {
 	url    string
 	clock  *testenv.Clock
 	tokens map[string]heldToken
+	// leases are the ids of the leases acquired, by label.
+	leases map[string]string
 	mu     sync.Mutex
 	tally  map[int]int // answers by status
 }
@@ -776,6 +835,16 @@ func paramsJSON(p modelParams, into map[string]any) map[string]any {
 	return into
 }
 
+// overrideParamsJSON writes an override's parameters as its limit's kind
+// takes them: a quota's have no period.
+func overrideParamsJSON(limit string, p modelParams, into map[string]any) map[string]any {
+	if slotNamed(limit).kind == kindQuota {
+		into["burst"], into["count"] = p.Count, p.Count
+		return into
+	}
+	return paramsJSON(p, into)
+}
+
 // overrideID finds the id of the override of limit for bucket id, in any
 // notation, or returns one that names no override.
 func (d *driver) overrideID(limit, id string) string {
@@ -790,6 +859,9 @@ func (d *driver) overrideID(limit, id string) string {
 func (d *driver) do(o *op) answer {
 	switch o.kind {
 	case opPutLimit:
+		if o.limitKind != "" {
+			return d.json(http.MethodPut, "/v1/limits/"+o.limit, kindLimitJSON(o))
+		}
 		body := paramsJSON(o.params, map[string]any{"id_format": o.format})
 		if o.bad {
 			body["burst"] = 0
@@ -805,7 +877,7 @@ func (d *driver) do(o *op) answer {
 		if o.unlimited {
 			body["unlimited"] = true
 		} else {
-			paramsJSON(o.params, body)
+			overrideParamsJSON(o.limit, o.params, body)
 		}
 		if o.comment != "" {
 			body["comment"] = o.comment
@@ -821,7 +893,7 @@ func (d *driver) do(o *op) answer {
 		var body map[string]any
 		switch o.patch {
 		case "params":
-			body = paramsJSON(o.params, map[string]any{"unlimited": false})
+			body = overrideParamsJSON(o.limit, o.params, map[string]any{"unlimited": false})
 		case "unlimited":
 			body = map[string]any{"unlimited": true}
 		case "disable", "enable":
@@ -882,8 +954,7 @@ func (d *driver) do(o *op) answer {
 		wg.Wait()
 		return answer{race: answers}
 	}
-	d.t.Fatalf("unknown operation %d", o.kind)
-	return answer{}
+	return d.doKinds(o)
 }
 
 // bucketsJSON writes a decision body by hand, so that bucket ids that are
