@@ -47,17 +47,21 @@ func TestClusterContract(t *testing.T) {
 }
 
 func harness(t *testing.T, client redis.UniversalClient, prefix string, exact bool) storetest.Harness {
+	expiry := func(t *testing.T, key string) (time.Time, bool) {
+		ms, err := client.Do(context.Background(), "PEXPIRETIME", key).Int64()
+		switch {
+		case err != nil:
+			t.Fatalf("PEXPIRETIME %s: %v", key, err)
+		case ms == -1:
+			t.Fatalf("%s never expires", key)
+		}
+		return time.UnixMilli(ms), ms != -2
+	}
 	return storetest.Harness{
-		Store: redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: patient}),
-		Expiry: func(t *testing.T, key string) (time.Time, bool) {
-			ms, err := client.Do(context.Background(), "PEXPIRETIME", prefix+key).Int64()
-			switch {
-			case err != nil:
-				t.Fatalf("PEXPIRETIME %s: %v", key, err)
-			case ms == -1:
-				t.Fatalf("%s never expires", key)
-			}
-			return time.UnixMilli(ms), ms != -2
+		Store:  redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: patient}),
+		Expiry: func(t *testing.T, key string) (time.Time, bool) { return expiry(t, prefix+key) },
+		RecordExpiry: func(t *testing.T, id string) (time.Time, bool) {
+			return expiry(t, redisstore.RecordKey(prefix, id))
 		},
 		ExpiryMargin: redisstore.DefaultExpiryMargin,
 		ExactBatches: exact,
