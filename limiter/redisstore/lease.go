@@ -369,7 +369,7 @@ func (l *leases) acquireIn(ctx context.Context, nowUS int64, rec *limiter.LeaseR
 		}
 	}
 	if undoErr := l.undo(ctx, rec, keys, batch, groups, undo, recorded); undoErr != nil && err != nil {
-		err = fmt.Errorf("%w; taking the lease back from the other slots failed too: %v", err, undoErr)
+		err = fmt.Errorf("%w; taking the lease back failed too: %v", err, undoErr)
 	}
 	rec.Keys, rec.Costs = rec.Keys[:0], rec.Costs[:0]
 	if denied {
