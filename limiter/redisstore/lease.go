@@ -8,9 +8,11 @@ package redisstore
 // expiry in Unix µs, so that an expired member still tells what it held;
 // the member "held", scored by minus the units of all the other members,
 // keeps the total at hand, so that an acquire costs O(log n + expired), not
-// O(n). The operations on a bucket drop its expired members as they go,
-// Held excepted, which only reads; the key expires by itself ExpiryMargin
-// after its latest lease, and the set goes with its last member.
+// O(n). An acquire drops the expired members of its buckets and counts
+// them (LeaseBucket.Expired); Held, release and renewal drop none, so that
+// each is counted once, as the in-process store does. The key expires by
+// itself ExpiryMargin after its latest lease, and the set goes with its
+// last member.
 //
 // A lease record is a hash at Prefix + "lease:" + id: the lease's expiry,
 // its MaxTTL, and the key ("key:<i>") and cost ("cost:<i>") of each bucket
@@ -44,8 +46,9 @@ package redisstore
 //     those slots stay held until it expires, and a renewed lease may
 //     expire there at its old time.
 //   - Anywhere, an acquire whose script ran but whose answer was lost (a
-//     timeout) holds its units until the lease expires: the caller got an
-//     error, so no one releases it.
+//     timeout) holds its units until the lease expires: the undo that
+//     follows has only what is left of the call's deadline, and the
+//     caller, who got an error, releases nothing.
 
 import (
 	"context"
