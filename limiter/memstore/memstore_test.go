@@ -19,6 +19,7 @@ func TestContract(t *testing.T) {
 		return storetest.Harness{
 			Store:        s,
 			Expiry:       func(t *testing.T, key string) (time.Time, bool) { return s.Expiry(key) },
+			RecordExpiry: func(t *testing.T, id string) (time.Time, bool) { return s.RecordExpiry(id) },
 			ExactBatches: true,
 		}
 	})

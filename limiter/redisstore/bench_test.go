@@ -179,3 +179,61 @@ func serverStats(b *testing.B, client redis.UniversalClient) stats {
 	}
 	return st
 }
+
+// BenchmarkLease measures an acquire of one bucket and its release, one
+// after the other, on the shared single node and on the test Cluster, from
+// GOMAXPROCS goroutines, each on its own bucket; roundtrips/op counts the
+// client's calls per pair: on a single node one for the acquire and two
+// for the release, which reads the record before its script; on a
+// Cluster, where the record lives in another slot than the bucket, two
+// for the acquire, which writes the record after the bucket, and three for
+// the release, which changes the record before the bucket; under a
+// hash-tag prefix, which puts the record in the bucket's slot, as on a
+// single node.
+func BenchmarkLease(b *testing.B) {
+	for _, store := range []string{"node", "cluster", "cluster-hashtag"} {
+		b.Run("store="+store, func(b *testing.B) {
+			var client redis.UniversalClient
+			opts := benchOptions()
+			switch store {
+			case "node":
+				client = testenv.Redis(b)
+			case "cluster-hashtag":
+				opts.Prefix = "{" + opts.Prefix + "}"
+				fallthrough
+			default:
+				client = clusterClient(b)
+			}
+			var trips roundTrips
+			client.AddHook(&trips)
+			s := redisstore.New(client, opts)
+			ctx := context.Background()
+			pair := func(key []byte) error {
+				rec := limiter.LeaseRecord{ID: limiter.NewLeaseID(), Expires: time.Now().Add(time.Minute).UnixMicro(), MaxTTL: time.Minute}
+				if ok, err := s.Acquire(ctx, time.Now(), &rec, []limiter.LeaseBucket{{Key: key, Burst: 1 << 20, Cost: 1}}); err != nil || !ok {
+					return fmt.Errorf("acquire: %v %v", ok, err)
+				}
+				_, err := s.Release(ctx, time.Now(), rec.ID)
+				return err
+			}
+			if err := pair([]byte("1:warm")); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			var worker atomic.Int64
+			trips.n.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := []byte(fmt.Sprintf("1:lease%d", worker.Add(1)))
+				for pb.Next() {
+					if err := pair(key); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(trips.n.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}

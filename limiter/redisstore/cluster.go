@@ -48,6 +48,7 @@ import (
 type Cluster struct {
 	config
 	client *redis.ClusterClient
+	leases leases
 
 	mu sync.Mutex
 	// queues holds a queue per master address, made when a call first
@@ -59,7 +60,9 @@ var _ limiter.Store = (*Cluster)(nil)
 
 // NewCluster returns a Cluster on client; New says what it needs of it.
 func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
-	return &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queues: map[string]*queue{}}
+	s := &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queues: map[string]*queue{}}
+	s.leases = leases{cfg: &s.config, client: client, slot: keySlot}
+	return s
 }
 
 // Apply implements limiter.Store, as the comment at the top of this file
@@ -209,7 +212,7 @@ func (s *Cluster) Reset(ctx context.Context, keys []string) error {
 	}
 	return s.bounded(ctx, "reset", func(ctx context.Context) error {
 		full := s.fullKeys(keys)
-		groups := bySlot(full)
+		groups := bySlot(full, keySlot)
 		cmds := make([]*redis.IntCmd, len(groups))
 		s.pipeline(ctx, func(p redis.Pipeliner) {
 			for i, pos := range groups {
@@ -270,17 +273,18 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// bySlot returns the positions of keys grouped by hash slot, in the order
-// in which the slots first appear.
-func bySlot(keys []string) [][]int {
+// bySlot returns the positions of keys grouped by their slot as slot
+// gives it (keySlot on a Cluster), in the order in which the slots first
+// appear.
+func bySlot(keys []string, slot func(string) uint16) [][]int {
 	var slots []uint16
 	var groups [][]int
 	for i, k := range keys {
-		slot := keySlot(k)
-		j := slices.Index(slots, slot)
+		at := slot(k)
+		j := slices.Index(slots, at)
 		if j < 0 {
 			j = len(groups)
-			slots = append(slots, slot)
+			slots = append(slots, at)
 			groups = append(groups, nil)
 		}
 		groups[j] = append(groups[j], i)
@@ -305,7 +309,7 @@ func (s *Cluster) groups(batch []limiter.Bucket) []group {
 		keys[i] = s.prefix + string(batch[i].Key)
 	}
 	var groups []group
-	for _, pos := range bySlot(keys) {
+	for _, pos := range bySlot(keys, keySlot) {
 		g := group{slot: keySlot(keys[pos[0]]), pos: pos}
 		for _, i := range pos {
 			g.batch = append(g.batch, batch[i])

@@ -5,6 +5,12 @@ import "github.com/ratelimitd/ratelimitd/limiter"
 // KeySlot exposes keySlot to the tests of the package's API.
 func KeySlot(key string) uint16 { return keySlot(key) }
 
+// RecordKey returns the key of the record of lease id under prefix.
+func RecordKey(prefix, id string) string {
+	l := leases{cfg: &config{prefix: prefix}}
+	return l.recordKey(id)
+}
+
 // MaxInFlight exposes maxInFlight: a test that holds that many round trips
 // knows that the next calls queue.
 const MaxInFlight = maxInFlight

@@ -17,6 +17,7 @@ type Node struct {
 	config
 	client redis.UniversalClient
 	queue  *queue
+	leases leases
 	// calls holds the script calls the queue gave back, so that a
 	// decision reuses their memory.
 	calls sync.Pool
@@ -32,6 +33,7 @@ func NewNode(client redis.UniversalClient, opts Options) *Node {
 		contextTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	s := &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
+	s.leases = leases{cfg: &s.config, client: client, slot: oneSlot}
 	s.calls.New = func() any { return &scriptCall{parts: make([]part, 1), done: make(chan struct{}, 1)} }
 	return s
 }

@@ -195,7 +195,7 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		return
 	}
 	buf.join()
-	buf.cmds = evalPipelined(ctx, p.client, buf.runs, buf.cmds)
+	buf.cmds = evalPipelined(ctx, p.client, script, buf.runs, buf.cmds)
 	from := 0
 	for i, cmd := range buf.cmds {
 		split(cmd, buf.parts[from:buf.ends[i]])

@@ -10,7 +10,9 @@
 // runs the batches of many calls one after the other, each as atomic as
 // alone. A TAT is stored as a decimal string of Unix microseconds under
 // Prefix + bucket key, and the key expires when its bucket is full again
-// (plus ExpiryMargin), so an idle bucket costs no memory.
+// (plus ExpiryMargin), so an idle bucket costs no memory. The leases of
+// concurrency limits are kept beside them by a script of their own
+// (lease.go).
 //
 // On a Redis Cluster a script can only touch one hash slot, so a batch
 // whose keys span slots is split into one part per slot, each part going

@@ -46,18 +46,34 @@ func TestClusterContract(t *testing.T) {
 	})
 }
 
+// TestClusterHashTagContract runs the suite on a Cluster under a prefix
+// with a hash tag, which puts every key in one slot: batches, and leases
+// with their records, are then as exact as on a single node.
+func TestClusterHashTagContract(t *testing.T) {
+	client := clusterClient(t)
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		p := "{" + testenv.RandomName("rltest") + "}:"
+		t.Cleanup(func() { dropPrefix(t, client, p) })
+		return harness(t, client, p, true)
+	})
+}
+
 func harness(t *testing.T, client redis.UniversalClient, prefix string, exact bool) storetest.Harness {
+	expiry := func(t *testing.T, key string) (time.Time, bool) {
+		ms, err := client.Do(context.Background(), "PEXPIRETIME", key).Int64()
+		switch {
+		case err != nil:
+			t.Fatalf("PEXPIRETIME %s: %v", key, err)
+		case ms == -1:
+			t.Fatalf("%s never expires", key)
+		}
+		return time.UnixMilli(ms), ms != -2
+	}
 	return storetest.Harness{
-		Store: redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: patient}),
-		Expiry: func(t *testing.T, key string) (time.Time, bool) {
-			ms, err := client.Do(context.Background(), "PEXPIRETIME", prefix+key).Int64()
-			switch {
-			case err != nil:
-				t.Fatalf("PEXPIRETIME %s: %v", key, err)
-			case ms == -1:
-				t.Fatalf("%s never expires", key)
-			}
-			return time.UnixMilli(ms), ms != -2
+		Store:  redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: patient}),
+		Expiry: func(t *testing.T, key string) (time.Time, bool) { return expiry(t, prefix+key) },
+		RecordExpiry: func(t *testing.T, id string) (time.Time, bool) {
+			return expiry(t, redisstore.RecordKey(prefix, id))
 		},
 		ExpiryMargin: redisstore.DefaultExpiryMargin,
 		ExactBatches: exact,
@@ -338,16 +354,13 @@ func TestStalledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Pause()
-	for _, call := range []struct {
-		name string
-		f    func() error
-	}{
+	for _, call := range append([]storeCall{
 		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stall"))) }},
 		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batchOf("1:stall"))) }},
 		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batchOf("1:stall"))) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stall"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
-	} {
+	}, leaseCalls(ctx, s, "1:stall")...) {
 		start := time.Now()
 		err := call.f()
 		took := time.Since(start)
@@ -382,17 +395,14 @@ func TestClusterStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	pauseCluster(t, addrs)
-	for _, call := range []struct {
-		name string
-		f    func() error
-	}{
+	for _, call := range append([]storeCall{
 		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), one)) }},
 		{"spend across slots", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), three)) }},
 		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), one)) }},
 		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), three)) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stall", "2:stall"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
-	} {
+	}, leaseCalls(ctx, s, "1:stall")...) {
 		start := time.Now()
 		err := call.f()
 		took := time.Since(start)
@@ -442,16 +452,13 @@ func TestStoppedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	for _, call := range []struct {
-		name string
-		f    func() error
-	}{
+	for _, call := range append([]storeCall{
 		{"spend", func() error { return errOf(s.Apply(ctx, limiter.Spend, time.Now(), batchOf("1:stop"))) }},
 		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batchOf("1:stop"))) }},
 		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batchOf("1:stop"))) }},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:stop"}) }},
 		{"ping", func() error { return s.Ping(ctx) }},
-	} {
+	}, leaseCalls(ctx, s, "1:stop")...) {
 		err := call.f()
 		if err == nil {
 			t.Fatalf("%s on a stopped server succeeded", call.name)

@@ -230,21 +230,21 @@ func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []li
 	return commit, nil
 }
 
-// evalPipelined runs the script once per run, all in one pipeline of
-// client, then once more with the script's text, in a second pipeline, for
-// the runs whose server did not have it cached (a restart, a failover,
-// SCRIPT FLUSH) and so ran nothing. It appends the result of each run to
+// evalPipelined runs sc once per run, all in one pipeline of client, then
+// once more with the script's text, in a second pipeline, for the runs
+// whose server did not have it cached (a restart, a failover, SCRIPT
+// FLUSH) and so ran nothing. It appends the result of each run to
 // cmds[:0], in order.
-func evalPipelined(ctx context.Context, client redis.UniversalClient, runs []scriptRun, cmds []*redis.Cmd) []*redis.Cmd {
+func evalPipelined(ctx context.Context, client redis.UniversalClient, sc *redis.Script, runs []scriptRun, cmds []*redis.Cmd) []*redis.Cmd {
 	cmds = cmds[:0]
 	if c, ok := client.(*redis.Client); ok && len(runs) == 1 {
 		// A lone run on a single node costs less as a plain command, and
 		// go-redis' Run sends the script's text itself when it must.
-		return append(cmds, script.Run(ctx, c, runs[0].keys, runs[0].args...))
+		return append(cmds, sc.Run(ctx, c, runs[0].keys, runs[0].args...))
 	}
 	pipe := client.Pipeline()
 	for _, r := range runs {
-		cmds = append(cmds, script.EvalSha(ctx, pipe, r.keys, r.args...))
+		cmds = append(cmds, sc.EvalSha(ctx, pipe, r.keys, r.args...))
 	}
 	_, _ = pipe.Exec(ctx)
 	again := false
@@ -253,7 +253,7 @@ func evalPipelined(ctx context.Context, client redis.UniversalClient, runs []scr
 			if !again {
 				pipe, again = client.Pipeline(), true
 			}
-			cmds[i] = script.Eval(ctx, pipe, runs[i].keys, runs[i].args...)
+			cmds[i] = sc.Eval(ctx, pipe, runs[i].keys, runs[i].args...)
 		}
 	}
 	if again {

@@ -1,6 +1,7 @@
 // Package storetest is the contract every limiter.Store passes: the same
 // suite runs on the in-process store, on Redis and on Redis Cluster, so that
-// the Go and Lua versions of the algorithm cannot drift. It is imported from
+// the Go and Lua versions of the algorithm, of leases (lease.go) and of
+// calendar quotas cannot drift. It is imported from
 // _test.go files only.
 package storetest
 
@@ -21,13 +22,18 @@ type Harness struct {
 	// Expiry returns when the store will drop key by itself, and false
 	// when it does not hold key.
 	Expiry func(t *testing.T, key string) (time.Time, bool)
-	// ExpiryMargin is how long after a bucket is full its key lives on; the
-	// store drops it between then and a second later.
+	// RecordExpiry returns when the store will drop the record of lease
+	// id by itself, and false when it does not hold it.
+	RecordExpiry func(t *testing.T, id string) (time.Time, bool)
+	// ExpiryMargin is how long after a bucket is full, or its last lease
+	// or a lease's record has expired, its key lives on; the store drops
+	// it between then and a second later.
 	ExpiryMargin time.Duration
-	// ExactBatches is true when concurrent spends of several buckets admit
-	// exactly what the limits allow. Redis Cluster sets it false for keys
-	// in different slots: a spend that is rolled back on one slot may deny
-	// others meanwhile, so it admits at most, not exactly, the limit.
+	// ExactBatches is true when concurrent spends or leases of several
+	// buckets admit exactly what the limits allow. Redis Cluster sets it
+	// false for keys in different slots: a spend or lease that is rolled
+	// back on one slot may deny others meanwhile, so it admits at most,
+	// not exactly, the limit.
 	ExactBatches bool
 }
 
@@ -56,6 +62,17 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ConcurrentBatches", testConcurrentBatches},
 		{"ConcurrentDeniedBatches", testConcurrentDeniedBatches},
 		{"ConcurrentSettles", testConcurrentSettles},
+		{"LeaseStory", testLeaseStory},
+		{"LeaseBatch", testLeaseBatch},
+		{"LeaseShadow", testLeaseShadow},
+		{"LeaseNever", testLeaseNever},
+		{"LeaseReset", testLeaseReset},
+		{"LeaseHeldReads", testLeaseHeldReads},
+		{"LeaseExpiry", testLeaseExpiry},
+		{"LeaseConcurrentAcquires", testLeaseConcurrentAcquires},
+		{"LeaseConcurrentBatches", testLeaseConcurrentBatches},
+		{"QuotaWindow", testQuotaWindow},
+		{"QuotaConcurrentSpends", testQuotaConcurrentSpends},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, newHarness(t)) })
