@@ -105,11 +105,12 @@ type LeaseStore interface {
 	// Release frees the units of lease id at once and returns its record,
 	// or ErrLeaseNotFound when it is unknown, expired or released.
 	Release(ctx context.Context, now time.Time, id string) (LeaseRecord, error)
-	// Renew sets the expiry of lease id to expires, in Unix µs, on every
-	// bucket it holds, and returns its record as it was before; the
-	// caller checks the renewal against MaxTTL first with LeaseOf. It
-	// fails with ErrLeaseNotFound when the lease no longer holds its
-	// units.
+	// Renew sets the expiry of lease id, on every bucket that still holds
+	// it, to what expires computes from its record (which may refuse the
+	// renewal, say for a ttl beyond MaxTTL), and returns the record as it
+	// was before. It fails with ErrLeaseNotFound when the lease expired
+	// or was released: its units may be another's by now. A bucket reset
+	// since holds nothing of it, and is left so.
 	Renew(ctx context.Context, now time.Time, id string, expires func(LeaseRecord) (int64, error)) (LeaseRecord, error)
 }
 

@@ -108,17 +108,17 @@ type Stats struct {
 // Limiter answers batches of decisions from the current snapshot and the
 // store. It is safe for concurrent use.
 type Limiter struct {
-	store    Store
-	trace    func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
-	observe  func(op Op, took time.Duration, err error)
+	store   Store
+	trace   func(ctx context.Context, op Op, limits []string) (context.Context, func(allowed bool, err error))
+	observe func(op Op, took time.Duration, err error)
 	// observeLease is Config.ObserveLease.
 	observeLease func(limit string, e LeaseEvent, n int64)
-	now      func() time.Time
-	failOpen bool
-	log      *slog.Logger
-	snap     atomic.Pointer[Snapshot]
-	denied   *deniedCache
-	scratch  sync.Pool
+	now          func() time.Time
+	failOpen     bool
+	log          *slog.Logger
+	snap         atomic.Pointer[Snapshot]
+	denied       *deniedCache
+	scratch      sync.Pool
 
 	storeDown   atomic.Bool
 	storeErrors atomic.Uint64
