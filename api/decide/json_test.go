@@ -53,7 +53,7 @@ func FuzzDecisionDecoder(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
 		fm := form(n % 3)
-		strict, errs, err := decodeStrict(body, nil, fm)
+		strict, errs, err := decodeStrict(body, nil, fm, nil)
 		fast, ok := decodeFast(body, nil, fm, new(scratch))
 		if !ok {
 			return
@@ -108,7 +108,7 @@ func TestSurrogateEscapes(t *testing.T) {
 		`{"buckets":[{"limit":"L","bucket_id":"x"}],"\udfff":1}`:       false,
 		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00\ud83d"}]}`: false,
 	} {
-		reqs, _, err := decodeStrict([]byte(body), nil, costed)
+		reqs, _, err := decodeStrict([]byte(body), nil, costed, nil)
 		if (err == nil) != ok {
 			t.Errorf("%s: %v", body, err)
 		}
@@ -123,7 +123,7 @@ func TestSurrogateEscapes(t *testing.T) {
 // those of the first buckets, stays small whatever the body's size.
 func TestHugeBatchReadsOnlyTheMost(t *testing.T) {
 	body := `{"buckets":[` + strings.Repeat(`{},`, 50000) + `{}]}`
-	reqs, errs, err := decodeStrict([]byte(body), nil, costed)
+	reqs, errs, err := decodeStrict([]byte(body), nil, costed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,9 +64,9 @@ func TestSettledTokensByKind(t *testing.T) {
 		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true, Capped: true}},
 		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true}},
 	}}
-	f.ObserveSettle(reqs, res)
+	f.ObserveUnits(limiter.Settle, reqs, res)
 	// A degraded answer changed nothing, and counts nothing.
-	f.ObserveSettle(reqs, limiter.Result{Degraded: true, Decisions: res.Decisions})
+	f.ObserveUnits(limiter.Settle, reqs, limiter.Result{Degraded: true, Decisions: res.Decisions})
 	wantLines(t, scrape(t, tel),
 		`ratelimitd_settled_tokens_total{kind="returned",limit="T",unit="tokens"} 6`,
 		`ratelimitd_settled_tokens_total{kind="charged",limit="T",unit="tokens"} 5`,
