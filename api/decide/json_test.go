@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -76,8 +77,16 @@ func FuzzDecisionJSON(f *testing.F) {
 		r := result{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decision{
 			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Debt: n, Period: period, Unit: id,
 				Source: limiter.Source(id), Capped: &allowed},
-			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
+			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true, Held: &n},
 		}}
+		// An acquire's answer has a lease, or null; others have none.
+		l := &lease{ID: id, ExpiresAt: time.UnixMicro(n % (1 << 47)).UTC()}
+		if !allowed {
+			l = nil
+		}
+		if n%2 == 0 {
+			r.Lease = &l
+		}
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
