@@ -494,8 +494,8 @@ var calendarUnits = map[limiter.Calendar]rlsv3.RateLimitResponse_RateLimit_Unit{
 }
 
 // setQuotaLimit sets out to a calendar quota's count per its window's
-// unit, 1000 per DAY, whatever the window's length: a rate over the
-// current window would make a day of 25 hours 40 per HOUR. It reports
+// unit, 1000 per DAY, whatever the window's length: as a rate over the
+// current window, 1000 in a day of 25 hours would read 960 per DAY. It reports
 // false for a decision that is no quota's, or whose count is beyond
 // Envoy's 32 bits, which setCurrentLimit then words as a rate.
 func setQuotaLimit(out *rlsv3.RateLimitResponse_RateLimit, d *limiter.Decision) bool {

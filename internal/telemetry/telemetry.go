@@ -361,8 +361,7 @@ func (f *Front) observeSettle(reqs []limiter.Request, res limiter.Result) {
 	}
 }
 
-// leaseEvents are the events of ratelimitd_leases_total, in the order of
-// their limiter.LeaseEvent values.
+// leaseEvents are the events of ratelimitd_leases_total.
 var leaseEvents = [...]limiter.LeaseEvent{limiter.LeaseAcquired, limiter.LeaseReleased, limiter.LeaseRenewed, limiter.LeaseExpired}
 
 // ObserveLease counts n events of leases of a limit; it is
