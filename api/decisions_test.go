@@ -27,6 +27,7 @@ type decision struct {
 	BucketID     string  `json:"bucket_id"`
 	Allowed      bool    `json:"allowed"`
 	Reason       *string `json:"reason"`
+	Held         *int64  `json:"held"`
 	Remaining    int64   `json:"remaining"`
 	Debt         int64   `json:"debt"`
 	RetryAfterMS int64   `json:"retry_after_ms"`

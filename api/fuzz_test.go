@@ -5,14 +5,17 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// FuzzDecisionHandlers sends arbitrary bodies to the decision, override,
-// limit, reset and token routes of a whole service: no answer may be a 5xx (a panic is one),
-// every answer must match openapi.yaml, and an error never carries a
-// decision.
+// FuzzDecisionHandlers sends arbitrary bodies to the decision, lease,
+// override, limit, reset and token routes of a whole service: no answer
+// may be a 5xx (a panic is one), every answer must match openapi.yaml, and
+// an error never carries a decision.
 func FuzzDecisionHandlers(f *testing.F) {
-	e := newEnv(f)
+	e := newEnv(f, withLimits(concurrency("Calls", 3, 30*time.Second)))
 	e.limit("PerAccount", "reg_id", 5, 5, "1s")
 	e.limit("PerName", "domain_or_cidr", 5, 5, "1s")
 	e.putLimit("Shadowed", obj{"id_format": "fqdn_set", "burst": 1, "count": 1, "period": "1h", "shadow": true})
@@ -27,7 +30,11 @@ func FuzzDecisionHandlers(f *testing.F) {
 		{"POST", "/v1/buckets/reset"},
 		{"PATCH", "/v1/overrides/" + o["id"].(string)},
 		{"POST", "/v1/tokens"},
+		{"POST", "/v1/acquire"},
+		{"POST", "/v1/release"},
+		{"POST", "/v1/renew"},
 	}
+	lease := limiter.NewLeaseID()
 	seeds := []string{
 		`{"buckets":[{"limit":"PerAccount","bucket_id":"12345678","cost":1}]}`,
 		`{"buckets":[{"limit":"PerName","bucket_id":"WWW.Example.co.uk","cost":3},{"limit":"Shadowed","bucket_id":"b.example,a.example"}]}`,
@@ -41,6 +48,10 @@ func FuzzDecisionHandlers(f *testing.F) {
 		`{"name":"Fuzzed","id_format":"ip_address","burst":1,"count":1000,"period":"1ms"}`,
 		`{"burst":5,"expires_at":null,"unlimited":false,"comment":"\u2028"}`,
 		`{"name":"fuzz","scope":"decide"}`,
+		`{"buckets":[{"limit":"Calls","bucket_id":"a","cost":2}],"ttl_ms":1000}`,
+		`{"buckets":[{"limit":"Calls","bucket_id":"a"},{"limit":"PerAccount","bucket_id":"1"}],"ttl_ms":0}`,
+		`{"lease_id":"` + lease + `"}`,
+		`{"lease_id":"` + lease + `","ttl_ms":99999999999999999999}`,
 		`[]`, `null`, `{`, ``, `{"buckets":[{}]}`,
 	}
 	for i, s := range seeds {

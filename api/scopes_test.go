@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/auth"
 )
 
@@ -42,7 +43,11 @@ var protected = []struct {
 	{"POST", "/v1/check", []auth.Scope{auth.Decide, auth.Support}},
 	{"POST", "/v1/spend", []auth.Scope{auth.Decide}},
 	{"POST", "/v1/refund", []auth.Scope{auth.Decide}},
+	{"POST", "/v1/settle", []auth.Scope{auth.Decide}},
 	{"POST", "/v1/buckets/reset", []auth.Scope{auth.Support}},
+	{"POST", "/v1/acquire", []auth.Scope{auth.Decide}},
+	{"POST", "/v1/release", []auth.Scope{auth.Decide}},
+	{"POST", "/v1/renew", []auth.Scope{auth.Decide}},
 }
 
 // TestScopes sends every protected route no token, an unknown one, a
@@ -55,6 +60,9 @@ func TestScopes(t *testing.T) {
 		if strings.Contains(r, " /v1/") {
 			routes = append(routes, r)
 		}
+	}
+	for _, p := range decide.Paths() {
+		routes = append(routes, "POST "+p)
 	}
 	for _, p := range protected {
 		routes = slices.DeleteFunc(routes, func(r string) bool { return r == p.method+" "+p.path })

@@ -258,6 +258,36 @@ func (e ImportFileParamsKind) Valid() bool {
 	}
 }
 
+// AcquireRequest defines model for AcquireRequest.
+type AcquireRequest struct {
+	// Buckets Buckets of concurrency limits; the same limit and canonical bucket id twice is 422.
+	Buckets []LeaseBucket `json:"buckets"`
+
+	// TTLMs How long the lease lives unless released or renewed, at most the shortest `period` of the buckets' limits; that period when left out.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// AcquireResult defines model for AcquireResult.
+type AcquireResult struct {
+	// Allowed True when every bucket outside shadow limits had room for its cost, and the lease holds them; never true together with an error status.
+	Allowed bool `json:"allowed"`
+
+	// Decisions One per requested bucket, in request order, each with `held`.
+	Decisions []Decision `json:"decisions"`
+
+	// Degraded The store could not be reached and RATELIMIT_FAIL_MODE=open answered without it; nothing is held.
+	Degraded bool `json:"degraded"`
+
+	// Lease The lease, null when denied. Degraded, it is held by no store, and its release does nothing.
+	Lease *Lease `json:"lease"`
+
+	// ResetAfterMs The longest time, over the buckets outside shadow limits, until a bucket's last lease expires.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+
+	// RetryAfterMs 0 when allowed; -1 when a denied bucket can never hold the cost (`blocked`, `cost_exceeds_burst`); else the time until the earliest lease of the full buckets expires (a release may free units sooner).
+	RetryAfterMs int64 `json:"retry_after_ms"`
+}
+
 // BucketRequest defines model for BucketRequest.
 type BucketRequest struct {
 	BucketID string `json:"bucket_id"`
@@ -275,7 +305,7 @@ type Decision struct {
 	// BucketID Canonical.
 	BucketID string `json:"bucket_id"`
 
-	// Burst The parameters in force (an unlimited bucket reports the limit's defaults).
+	// Burst The parameters in force (an unlimited bucket reports the limit's defaults). A calendar quota's burst is its count; a concurrency limit's is the most units held at once, and its count is equal.
 	Burst int64 `json:"burst"`
 
 	// Capped Settles only. The excess would have put the bucket more than one burst into debt, so only part of it (or, in that much debt already, none) was charged.
@@ -283,25 +313,22 @@ type Decision struct {
 	Count  int64 `json:"count"`
 
 	// Debt Whole tokens owed beyond empty after the request, rounded up; 0 when the bucket is not in debt. A settle puts a bucket at most one burst into debt; a lowered limit can leave more. While it is above 0, spends are denied and `remaining` is 0.
-	Debt  int64  `json:"debt"`
+	Debt int64 `json:"debt"`
+
+	// Held Decisions of concurrency limits only (acquires, and checks of their buckets); absent from those of rate limits and calendar quotas. The units the bucket's live leases hold after the request; a denied acquire holds nothing, so there it is what the bucket held. A degraded answer 0.
+	Held  *int64 `json:"held,omitempty"`
 	Limit string `json:"limit"`
 
-	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
-	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
-	// give the canonical form ("3h0m0s"). The value's range (above 0, and
-	// what the limit allows) is checked by the service, with a 422.
-	//
-	//
-	// Example: 3h0m0s
+	// Period The limit's period; for a calendar quota, the length of its current window (`24h0m0s`, or `25h0m0s` on a day that ends summer time); for a concurrency limit, the longest a lease lives without renewal.
 	Period Period `json:"period"`
 
 	// Reason Null when allowed, and for refunds. `blocked` is an override with burst 0; `cost_exceeds_burst` can never succeed. The enum lists null, as OpenAPI 3.0 needs for a nullable enum; oapi-codegen (v2.8) renders that member as a constant of value `"<nil>"`, which no answer holds.
 	Reason *DecisionReason `json:"reason"`
 
-	// Remaining Whole tokens left after the request. A denied batch spends nothing, so there its buckets report what they hold. An unlimited bucket reports the limit's burst; a degraded answer 0.
+	// Remaining Whole tokens left after the request. A denied batch spends nothing, so there its buckets report what they hold. An unlimited bucket reports the limit's burst; a degraded answer 0. For a calendar quota, `count` less what its current window used; for a concurrency limit, `burst - held`.
 	Remaining int64 `json:"remaining"`
 
-	// ResetAfterMs Time until the bucket is full again.
+	// ResetAfterMs Time until the bucket is full again. For a calendar quota, until its current window ends; for a concurrency limit, until the bucket's last lease expires.
 	ResetAfterMs int64 `json:"reset_after_ms"`
 
 	// RetryAfterMs 0 when allowed; -1 when the request can never succeed (`blocked`, `cost_exceeds_burst`); else the time until this cost would be allowed.
@@ -465,6 +492,25 @@ type ImportResult struct {
 	Removed   *[]Rule `json:"removed,omitempty"`
 	Unchanged int     `json:"unchanged"`
 	Updated   int     `json:"updated"`
+}
+
+// Lease defines model for Lease.
+type Lease struct {
+	// ExpiresAt When the lease's units are freed unless it is released first or renewed.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// ID Unguessable (128 random bits); whoever has it may release or renew the lease.
+	ID string `json:"id"`
+}
+
+// LeaseBucket defines model for LeaseBucket.
+type LeaseBucket struct {
+	// BucketID Validated and canonicalised by the limit's id_format.
+	BucketID string `json:"bucket_id"`
+
+	// Cost Units the lease holds of the bucket, 1 when left out. Above the bucket's burst it can never be held (`cost_exceeds_burst`).
+	Cost  *int64    `json:"cost,omitempty"`
+	Limit LimitName `json:"limit"`
 }
 
 // Limit defines model for Limit.
@@ -683,6 +729,37 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ReleaseRequest defines model for ReleaseRequest.
+type ReleaseRequest struct {
+	// LeaseID The lease's id, as acquire gave it.
+	LeaseID string `json:"lease_id"`
+}
+
+// ReleaseResult defines model for ReleaseResult.
+type ReleaseResult struct {
+	// Degraded The store could not be reached and RATELIMIT_FAIL_MODE=open answered without it; nothing was released.
+	Degraded bool `json:"degraded"`
+
+	// Released True when the lease's units were freed; false when it was unknown, expired or released already, or when the answer is degraded.
+	Released bool `json:"released"`
+}
+
+// RenewRequest defines model for RenewRequest.
+type RenewRequest struct {
+	// LeaseID The lease's id, as acquire gave it.
+	LeaseID string `json:"lease_id"`
+
+	// TTLMs How long the lease lives from now, at most the shortest `period` of its limits when it was acquired; that period when left out.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// RenewResult defines model for RenewResult.
+type RenewResult struct {
+	// Degraded The store could not be reached and RATELIMIT_FAIL_MODE=open answered without it, as if renewed; the store did not change.
+	Degraded bool  `json:"degraded"`
+	Lease    Lease `json:"lease"`
+}
+
 // ResetRequest defines model for ResetRequest.
 type ResetRequest struct {
 	Buckets []struct {
@@ -882,6 +959,9 @@ type OverrideID = string
 // RuleID defines model for RuleID.
 type RuleID = string
 
+// AcquireDecisionResponse defines model for AcquireDecisionResponse.
+type AcquireDecisionResponse = AcquireResult
+
 // BadRequest defines model for BadRequest.
 type BadRequest = Problem
 
@@ -972,6 +1052,9 @@ type ListRulesParams struct {
 	Domain *string `form:"domain,omitempty" json:"domain,omitempty"`
 }
 
+// AcquireJSONRequestBody defines body for Acquire for application/json ContentType.
+type AcquireJSONRequestBody = AcquireRequest
+
 // ResetBucketsJSONRequestBody defines body for ResetBuckets for application/json ContentType.
 type ResetBucketsJSONRequestBody = ResetRequest
 
@@ -992,6 +1075,12 @@ type PatchOverrideApplicationMergePatchPlusJSONRequestBody = OverridePatch
 
 // RefundJSONRequestBody defines body for Refund for application/json ContentType.
 type RefundJSONRequestBody = DecisionRequest
+
+// ReleaseJSONRequestBody defines body for Release for application/json ContentType.
+type ReleaseJSONRequestBody = ReleaseRequest
+
+// RenewJSONRequestBody defines body for Renew for application/json ContentType.
+type RenewJSONRequestBody = RenewRequest
 
 // CreateRuleJSONRequestBody defines body for CreateRule for application/json ContentType.
 type CreateRuleJSONRequestBody = RuleCreate
@@ -1131,6 +1220,46 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AcquireWithBody Take a lease of units of concurrency limits, all or nothing (decide, admin).
+	//
+	// Every bucket must be of a concurrency limit (another is 422 naming its
+	// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+	// holds at most `burst - cost` units, exactly under concurrency: N
+	// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+	// answer has the lease, whose id releases or renews it; denied, `lease`
+	// is null and nothing is held. A cost of 0 is 422: check inspects a
+	// bucket. The answer has a spend's headers, the policy's window being the
+	// limit's period (see the 200 answer).
+	//
+	// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+	// reached answers allowed with `degraded: true` and a lease that no store
+	// holds: its release answers `released: false`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+	AcquireWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Acquire Take a lease of units of concurrency limits, all or nothing (decide, admin).
+	//
+	// Every bucket must be of a concurrency limit (another is 422 naming its
+	// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+	// holds at most `burst - cost` units, exactly under concurrency: N
+	// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+	// answer has the lease, whose id releases or renews it; denied, `lease`
+	// is null and nothing is held. A cost of 0 is 422: check inspects a
+	// bucket. The answer has a spend's headers, the policy's window being the
+	// limit's period (see the 200 answer).
+	//
+	// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+	// reached answers allowed with `degraded: true` and a lease that no store
+	// holds: its release answers `released: false`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+	Acquire(ctx context.Context, body AcquireJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResetBucketsWithBody Make buckets full again (admin, support).
 	//
 	// Takes any type of body and a specified content type.
@@ -1147,7 +1276,7 @@ type ClientInterface interface {
 
 	// CheckWithBody What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1156,7 +1285,7 @@ type ClientInterface interface {
 
 	// Check What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1359,6 +1488,76 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	Refund(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseWithBody Free a lease's units at once (decide, admin).
+	//
+	// A lease that is unknown, expired or released already answers
+	// `released: false`, so that a retried release is safe. A `lease_id` of
+	// another shape than acquire gives is 422 naming it.
+	//
+	// When the store cannot be reached: failing open, the answer is
+	// `released: false` with `degraded: true` (the lease, if the store holds
+	// it, expires at its time); failing closed, 503.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/release (the `Release` operationId).
+	ReleaseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Release Free a lease's units at once (decide, admin).
+	//
+	// A lease that is unknown, expired or released already answers
+	// `released: false`, so that a retried release is safe. A `lease_id` of
+	// another shape than acquire gives is 422 naming it.
+	//
+	// When the store cannot be reached: failing open, the answer is
+	// `released: false` with `degraded: true` (the lease, if the store holds
+	// it, expires at its time); failing closed, 503.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/release (the `Release` operationId).
+	Release(ctx context.Context, body ReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewWithBody Extend a lease (decide, admin).
+	//
+	// The lease then expires `ttl_ms` from now. A lease that no longer
+	// exists (expired, released, or never held, as a degraded acquire's) is
+	// 404: its units may be another's, so the work it guarded should stop
+	// or acquire again. A `lease_id` of another shape than acquire gives is
+	// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+	// limits is 422 naming `ttl_ms`.
+	//
+	// When the store cannot be reached: failing open, the renewal is
+	// answered as granted with `degraded: true`, as an acquire is, though no
+	// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+	// longest any lease lives) when it is left out, and the lease in the
+	// store, if any, keeps its expiry; failing closed, 503.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/renew (the `Renew` operationId).
+	RenewWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Renew Extend a lease (decide, admin).
+	//
+	// The lease then expires `ttl_ms` from now. A lease that no longer
+	// exists (expired, released, or never held, as a degraded acquire's) is
+	// 404: its units may be another's, so the work it guarded should stop
+	// or acquire again. A `lease_id` of another shape than acquire gives is
+	// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+	// limits is 422 naming `ttl_ms`.
+	//
+	// When the store cannot be reached: failing open, the renewal is
+	// answered as granted with `degraded: true`, as an acquire is, though no
+	// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+	// longest any lease lives) when it is left out, and the lease in the
+	// store, if any, keeps its expiry; failing closed, 503.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/renew (the `Renew` operationId).
+	Renew(ctx context.Context, body RenewJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRules List rules (any scope), by domain, then in creation order.
 	//
@@ -1665,6 +1864,66 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 	return c.Client.Do(req)
 }
 
+// AcquireWithBody Take a lease of units of concurrency limits, all or nothing (decide, admin).
+//
+// Every bucket must be of a concurrency limit (another is 422 naming its
+// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+// holds at most `burst - cost` units, exactly under concurrency: N
+// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+// answer has the lease, whose id releases or renews it; denied, `lease`
+// is null and nothing is held. A cost of 0 is 422: check inspects a
+// bucket. The answer has a spend's headers, the policy's window being the
+// limit's period (see the 200 answer).
+//
+// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+// reached answers allowed with `degraded: true` and a lease that no store
+// holds: its release answers `released: false`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+func (c *Client) AcquireWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Acquire Take a lease of units of concurrency limits, all or nothing (decide, admin).
+//
+// Every bucket must be of a concurrency limit (another is 422 naming its
+// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+// holds at most `burst - cost` units, exactly under concurrency: N
+// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+// answer has the lease, whose id releases or renews it; denied, `lease`
+// is null and nothing is held. A cost of 0 is 422: check inspects a
+// bucket. The answer has a spend's headers, the policy's window being the
+// limit's period (see the 200 answer).
+//
+// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+// reached answers allowed with `degraded: true` and a lease that no store
+// holds: its release answers `released: false`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+func (c *Client) Acquire(ctx context.Context, body AcquireJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ResetBucketsWithBody Make buckets full again (admin, support).
 //
 // Takes any type of body and a specified content type.
@@ -1701,7 +1960,7 @@ func (c *Client) ResetBuckets(ctx context.Context, body ResetBucketsJSONRequestB
 
 // CheckWithBody What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1720,7 +1979,7 @@ func (c *Client) CheckWithBody(ctx context.Context, contentType string, body io.
 
 // Check What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2104,6 +2363,116 @@ func (c *Client) RefundWithBody(ctx context.Context, contentType string, body io
 // Corresponds with POST /v1/refund (the `Refund` operationId).
 func (c *Client) Refund(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRefundRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseWithBody Free a lease's units at once (decide, admin).
+//
+// A lease that is unknown, expired or released already answers
+// `released: false`, so that a retried release is safe. A `lease_id` of
+// another shape than acquire gives is 422 naming it.
+//
+// When the store cannot be reached: failing open, the answer is
+// `released: false` with `degraded: true` (the lease, if the store holds
+// it, expires at its time); failing closed, 503.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/release (the `Release` operationId).
+func (c *Client) ReleaseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Release Free a lease's units at once (decide, admin).
+//
+// A lease that is unknown, expired or released already answers
+// `released: false`, so that a retried release is safe. A `lease_id` of
+// another shape than acquire gives is 422 naming it.
+//
+// When the store cannot be reached: failing open, the answer is
+// `released: false` with `degraded: true` (the lease, if the store holds
+// it, expires at its time); failing closed, 503.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/release (the `Release` operationId).
+func (c *Client) Release(ctx context.Context, body ReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewWithBody Extend a lease (decide, admin).
+//
+// The lease then expires `ttl_ms` from now. A lease that no longer
+// exists (expired, released, or never held, as a degraded acquire's) is
+// 404: its units may be another's, so the work it guarded should stop
+// or acquire again. A `lease_id` of another shape than acquire gives is
+// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+// limits is 422 naming `ttl_ms`.
+//
+// When the store cannot be reached: failing open, the renewal is
+// answered as granted with `degraded: true`, as an acquire is, though no
+// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+// longest any lease lives) when it is left out, and the lease in the
+// store, if any, keeps its expiry; failing closed, 503.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/renew (the `Renew` operationId).
+func (c *Client) RenewWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Renew Extend a lease (decide, admin).
+//
+// The lease then expires `ttl_ms` from now. A lease that no longer
+// exists (expired, released, or never held, as a degraded acquire's) is
+// 404: its units may be another's, so the work it guarded should stop
+// or acquire again. A `lease_id` of another shape than acquire gives is
+// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+// limits is 422 naming `ttl_ms`.
+//
+// When the store cannot be reached: failing open, the renewal is
+// answered as granted with `degraded: true`, as an acquire is, though no
+// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+// longest any lease lives) when it is left out, and the lease in the
+// store, if any, keeps its expiry; failing closed, 503.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/renew (the `Renew` operationId).
+func (c *Client) Renew(ctx context.Context, body RenewJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2690,6 +3059,46 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewAcquireRequest calls the generic Acquire builder with application/json body
+func NewAcquireRequest(server string, body AcquireJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcquireRequestWithBody constructs an http.Request for the Acquire method, with any body, and a specified content type
+func NewAcquireRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/acquire")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3411,6 +3820,86 @@ func NewRefundRequestWithBody(server string, contentType string, body io.Reader)
 	return req, nil
 }
 
+// NewReleaseRequest calls the generic Release builder with application/json body
+func NewReleaseRequest(server string, body ReleaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleaseRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReleaseRequestWithBody constructs an http.Request for the Release method, with any body, and a specified content type
+func NewReleaseRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/release")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewRequest calls the generic Renew builder with application/json body
+func NewRenewRequest(server string, body RenewJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewRequestWithBody constructs an http.Request for the Renew method, with any body, and a specified content type
+func NewRenewRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/renew")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListRulesRequest constructs an http.Request for the ListRules method
 func NewListRulesRequest(server string, params *ListRulesParams) (*http.Request, error) {
 	var err error
@@ -4039,6 +4528,46 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// AcquireWithBodyWithResponse Take a lease of units of concurrency limits, all or nothing (decide, admin).
+	//
+	// Every bucket must be of a concurrency limit (another is 422 naming its
+	// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+	// holds at most `burst - cost` units, exactly under concurrency: N
+	// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+	// answer has the lease, whose id releases or renews it; denied, `lease`
+	// is null and nothing is held. A cost of 0 is 422: check inspects a
+	// bucket. The answer has a spend's headers, the policy's window being the
+	// limit's period (see the 200 answer).
+	//
+	// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+	// reached answers allowed with `degraded: true` and a lease that no store
+	// holds: its release answers `released: false`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+	AcquireWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireResponse, error)
+
+	// AcquireWithResponse Take a lease of units of concurrency limits, all or nothing (decide, admin).
+	//
+	// Every bucket must be of a concurrency limit (another is 422 naming its
+	// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+	// holds at most `burst - cost` units, exactly under concurrency: N
+	// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+	// answer has the lease, whose id releases or renews it; denied, `lease`
+	// is null and nothing is held. A cost of 0 is 422: check inspects a
+	// bucket. The answer has a spend's headers, the policy's window being the
+	// limit's period (see the 200 answer).
+	//
+	// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+	// reached answers allowed with `degraded: true` and a lease that no store
+	// holds: its release answers `released: false`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+	AcquireWithResponse(ctx context.Context, body AcquireJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireResponse, error)
+
 	// ResetBucketsWithBodyWithResponse Make buckets full again (admin, support).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4055,7 +4584,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckWithBodyWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4064,7 +4593,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 	//
-	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+	// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4283,6 +4812,76 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	RefundWithResponse(ctx context.Context, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundResponse, error)
+
+	// ReleaseWithBodyWithResponse Free a lease's units at once (decide, admin).
+	//
+	// A lease that is unknown, expired or released already answers
+	// `released: false`, so that a retried release is safe. A `lease_id` of
+	// another shape than acquire gives is 422 naming it.
+	//
+	// When the store cannot be reached: failing open, the answer is
+	// `released: false` with `degraded: true` (the lease, if the store holds
+	// it, expires at its time); failing closed, 503.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/release (the `Release` operationId).
+	ReleaseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseResponse, error)
+
+	// ReleaseWithResponse Free a lease's units at once (decide, admin).
+	//
+	// A lease that is unknown, expired or released already answers
+	// `released: false`, so that a retried release is safe. A `lease_id` of
+	// another shape than acquire gives is 422 naming it.
+	//
+	// When the store cannot be reached: failing open, the answer is
+	// `released: false` with `degraded: true` (the lease, if the store holds
+	// it, expires at its time); failing closed, 503.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/release (the `Release` operationId).
+	ReleaseWithResponse(ctx context.Context, body ReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseResponse, error)
+
+	// RenewWithBodyWithResponse Extend a lease (decide, admin).
+	//
+	// The lease then expires `ttl_ms` from now. A lease that no longer
+	// exists (expired, released, or never held, as a degraded acquire's) is
+	// 404: its units may be another's, so the work it guarded should stop
+	// or acquire again. A `lease_id` of another shape than acquire gives is
+	// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+	// limits is 422 naming `ttl_ms`.
+	//
+	// When the store cannot be reached: failing open, the renewal is
+	// answered as granted with `degraded: true`, as an acquire is, though no
+	// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+	// longest any lease lives) when it is left out, and the lease in the
+	// store, if any, keeps its expiry; failing closed, 503.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/renew (the `Renew` operationId).
+	RenewWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewResponse, error)
+
+	// RenewWithResponse Extend a lease (decide, admin).
+	//
+	// The lease then expires `ttl_ms` from now. A lease that no longer
+	// exists (expired, released, or never held, as a degraded acquire's) is
+	// 404: its units may be another's, so the work it guarded should stop
+	// or acquire again. A `lease_id` of another shape than acquire gives is
+	// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+	// limits is 422 naming `ttl_ms`.
+	//
+	// When the store cannot be reached: failing open, the renewal is
+	// answered as granted with `degraded: true`, as an acquire is, though no
+	// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+	// longest any lease lives) when it is left out, and the lease in the
+	// store, if any, keeps its expiry; failing closed, 503.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/renew (the `Renew` operationId).
+	RenewWithResponse(ctx context.Context, body RenewJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewResponse, error)
 
 	// ListRulesWithResponse List rules (any scope), by domain, then in creation order.
 	//
@@ -4742,6 +5341,119 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireResponse200Headers the declared response headers of an HTTP 200 response for Acquire
+type AcquireResponse200Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// AcquireResponse401Headers the declared response headers of an HTTP 401 response for Acquire
+type AcquireResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AcquireResponse503Headers the declared response headers of an HTTP 503 response for Acquire
+type AcquireResponse503Headers struct {
+	RetryAfter *int
+}
+
+type AcquireResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AcquireDecisionResponse
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AcquireResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquireResponse) GetJSON200() *AcquireDecisionResponse {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6229,6 +6941,221 @@ func (r RefundResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseResponse401Headers the declared response headers of an HTTP 401 response for Release
+type ReleaseResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReleaseResponse503Headers the declared response headers of an HTTP 503 response for Release
+type ReleaseResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ReleaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReleaseResult
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseResponse) GetJSON200() *ReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewResponse401Headers the declared response headers of an HTTP 401 response for Renew
+type RenewResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RenewResponse503Headers the declared response headers of an HTTP 503 response for Renew
+type RenewResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RenewResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RenewResult
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewResponse) GetJSON200() *RenewResult {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListRulesResponse401Headers the declared response headers of an HTTP 401 response for ListRules
 type ListRulesResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7605,6 +8532,58 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// AcquireWithBodyWithResponse Take a lease of units of concurrency limits, all or nothing (decide, admin).
+//
+// Every bucket must be of a concurrency limit (another is 422 naming its
+// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+// holds at most `burst - cost` units, exactly under concurrency: N
+// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+// answer has the lease, whose id releases or renews it; denied, `lease`
+// is null and nothing is held. A cost of 0 is 422: check inspects a
+// bucket. The answer has a spend's headers, the policy's window being the
+// limit's period (see the 200 answer).
+//
+// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+// reached answers allowed with `degraded: true` and a lease that no store
+// holds: its release answers `released: false`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireResponse, error) {
+	rsp, err := c.AcquireWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireResponse(rsp)
+}
+
+// AcquireWithResponse Take a lease of units of concurrency limits, all or nothing (decide, admin).
+//
+// Every bucket must be of a concurrency limit (another is 422 naming its
+// `buckets[i].limit`). Allowed iff every bucket outside shadow limits
+// holds at most `burst - cost` units, exactly under concurrency: N
+// concurrent acquires of 1 on a bucket of burst N admit N. Allowed, the
+// answer has the lease, whose id releases or renews it; denied, `lease`
+// is null and nothing is held. A cost of 0 is 422: check inspects a
+// bucket. The answer has a spend's headers, the policy's window being the
+// limit's period (see the 200 answer).
+//
+// Failing open (RATELIMIT_FAIL_MODE=open), a store that cannot be
+// reached answers allowed with `degraded: true` and a lease that no store
+// holds: its release answers `released: false`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/acquire (the `Acquire` operationId).
+func (c *ClientWithResponses) AcquireWithResponse(ctx context.Context, body AcquireJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireResponse, error) {
+	rsp, err := c.Acquire(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireResponse(rsp)
+}
+
 // ResetBucketsWithBodyWithResponse Make buckets full again (admin, support).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -7633,7 +8612,7 @@ func (c *ClientWithResponses) ResetBucketsWithResponse(ctx context.Context, body
 
 // CheckWithBodyWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7648,7 +8627,7 @@ func (c *ClientWithResponses) CheckWithBodyWithResponse(ctx context.Context, con
 
 // CheckWithResponse What a spend would answer; nothing is spent (decide, support, admin).
 //
-// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it.
+// Cost 0 inspects a bucket: nothing changes, and `allowed` says whether the bucket is within its limit now (a bucket in debt, after a settle or after its limit was lowered, is not). Support tokens may check, since a check spends nothing; the admin page's look-up panel uses it. A bucket of a concurrency limit is checked as an acquire would decide it, without taking a lease: its decision reports `held` and `remaining`. Spend, refund and settle on one are 422 naming its `buckets[i].limit`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7980,6 +8959,100 @@ func (c *ClientWithResponses) RefundWithResponse(ctx context.Context, body Refun
 		return nil, err
 	}
 	return ParseRefundResponse(rsp)
+}
+
+// ReleaseWithBodyWithResponse Free a lease's units at once (decide, admin).
+//
+// A lease that is unknown, expired or released already answers
+// `released: false`, so that a retried release is safe. A `lease_id` of
+// another shape than acquire gives is 422 naming it.
+//
+// When the store cannot be reached: failing open, the answer is
+// `released: false` with `degraded: true` (the lease, if the store holds
+// it, expires at its time); failing closed, 503.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/release (the `Release` operationId).
+func (c *ClientWithResponses) ReleaseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseResponse, error) {
+	rsp, err := c.ReleaseWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseResponse(rsp)
+}
+
+// ReleaseWithResponse Free a lease's units at once (decide, admin).
+//
+// A lease that is unknown, expired or released already answers
+// `released: false`, so that a retried release is safe. A `lease_id` of
+// another shape than acquire gives is 422 naming it.
+//
+// When the store cannot be reached: failing open, the answer is
+// `released: false` with `degraded: true` (the lease, if the store holds
+// it, expires at its time); failing closed, 503.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/release (the `Release` operationId).
+func (c *ClientWithResponses) ReleaseWithResponse(ctx context.Context, body ReleaseJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseResponse, error) {
+	rsp, err := c.Release(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseResponse(rsp)
+}
+
+// RenewWithBodyWithResponse Extend a lease (decide, admin).
+//
+// The lease then expires `ttl_ms` from now. A lease that no longer
+// exists (expired, released, or never held, as a degraded acquire's) is
+// 404: its units may be another's, so the work it guarded should stop
+// or acquire again. A `lease_id` of another shape than acquire gives is
+// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+// limits is 422 naming `ttl_ms`.
+//
+// When the store cannot be reached: failing open, the renewal is
+// answered as granted with `degraded: true`, as an acquire is, though no
+// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+// longest any lease lives) when it is left out, and the lease in the
+// store, if any, keeps its expiry; failing closed, 503.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/renew (the `Renew` operationId).
+func (c *ClientWithResponses) RenewWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewResponse, error) {
+	rsp, err := c.RenewWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewResponse(rsp)
+}
+
+// RenewWithResponse Extend a lease (decide, admin).
+//
+// The lease then expires `ttl_ms` from now. A lease that no longer
+// exists (expired, released, or never held, as a degraded acquire's) is
+// 404: its units may be another's, so the work it guarded should stop
+// or acquire again. A `lease_id` of another shape than acquire gives is
+// 422 naming it; a `ttl_ms` above the shortest period of the lease's
+// limits is 422 naming `ttl_ms`.
+//
+// When the store cannot be reached: failing open, the renewal is
+// answered as granted with `degraded: true`, as an acquire is, though no
+// store saw it: `expires_at` is `ttl_ms` from now, or 24 hours (the
+// longest any lease lives) when it is left out, and the lease in the
+// store, if any, keeps its expiry; failing closed, 503.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/renew (the `Renew` operationId).
+func (c *ClientWithResponses) RenewWithResponse(ctx context.Context, body RenewJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewResponse, error) {
+	rsp, err := c.Renew(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewResponse(rsp)
 }
 
 // ListRulesWithResponse List rules (any scope), by domain, then in creation order.
@@ -8471,6 +9544,128 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireResponse parses an HTTP response from a AcquireWithResponse call
+func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AcquireDecisionResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AcquireResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9916,6 +11111,209 @@ func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers RefundResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseResponse parses an HTTP response from a ReleaseWithResponse call
+func ParseReleaseResponse(rsp *http.Response) (*ReleaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReleaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewResponse parses an HTTP response from a RenewWithResponse call
+func ParseRenewResponse(rsp *http.Response) (*RenewResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RenewResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RenewResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // dashboard is the Grafana dashboard's file, relative to this package.
@@ -126,7 +129,8 @@ func exposed(t *testing.T, body io.Reader) map[string]bool {
 // decisions so that counters and histograms with labels exist.
 func TestDashboardMetricsExist(t *testing.T) {
 	exprs := dashboardExprs(t)
-	for _, title := range []string{"Decisions by limit and result", "Decision latency quantiles (REST)", "Store errors", "Snapshot age"} {
+	for _, title := range []string{"Decisions by limit and result", "Decision latency quantiles (REST)", "Store errors", "Snapshot age",
+		"Leases held by limit", "Lease expiries by limit", "Quota units spent by limit (last 24 h)"} {
 		if len(exprs[title]) == 0 {
 			t.Errorf("no panel %q with a query", title)
 		}
@@ -166,11 +170,35 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	defer res.Body.Close()
 	have := exposed(t, res.Body)
+	told := telemetryExposes(t)
+	for name := range unmadeByREST {
+		have[name] = told[name]
+	}
 	for name, titles := range used {
 		if !have[name] {
 			t.Errorf("%s, used by %q, is not among the service's metrics", name, titles)
 		}
 	}
+}
+
+// unmadeByREST are the metrics of concurrency limits and calendar quotas,
+// which the REST API of this revision cannot create yet: their names are
+// checked against the telemetry the service registers, told of a lease and
+// a quota's spend, instead of against the running service.
+var unmadeByREST = map[string]bool{"ratelimitd_leases_total": true, "ratelimitd_quota_spent_units_total": true}
+
+// telemetryExposes returns the series names of the service's telemetry
+// after a lease event and a spend on a calendar quota.
+func telemetryExposes(t *testing.T) map[string]bool {
+	t.Helper()
+	tel := telemetry.New(telemetry.Config{})
+	tel.ObserveLease("Calls", limiter.LeaseAcquired, 1)
+	tel.Front("http").ObserveUnits(limiter.Spend, []limiter.Request{{Cost: 1}}, limiter.Result{Allowed: true, Decisions: []limiter.Decision{
+		{Limit: "Daily", Calendar: limiter.CalendarDay, Outcome: limiter.Outcome{Allowed: true}},
+	}})
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return exposed(t, rec.Body)
 }
 
 // listening is the line serve prints once it takes connections.

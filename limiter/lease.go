@@ -365,6 +365,7 @@ func (l *Limiter) resolveLeases(snap *Snapshot, reqs []Request, now time.Time, d
 		}
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow, d.Unit = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow, r.Limit.Counts()
+		d.Kind = KindConcurrency
 		maxTTL = min(maxTTL, r.Params.Period)
 		pos[i] = -1
 		switch {

@@ -46,8 +46,14 @@ type Decision struct {
 	// An unlimited bucket reports its limit's defaults and a full bucket.
 	Params Params
 	// Unit is what the limit counts (Limit.Counts).
-	Unit   string
-	Source Source
+	Unit string
+	// Kind and Calendar are the limit's (Limit.KindOf, Limit.Calendar):
+	// with them a front end tells what Params.Period means, a rate's
+	// period, a lease's longest life or a quota's current window, to
+	// describe the decision in its own terms (PolicyWindow).
+	Kind     Kind
+	Calendar Calendar
+	Source   Source
 	// Shadow decisions never deny the batch.
 	Shadow bool
 }
@@ -146,6 +152,11 @@ func (l *Limiter) SetSnapshot(s *Snapshot) { l.snap.Store(s) }
 
 // Snapshot returns the current snapshot, nil before the first.
 func (l *Limiter) Snapshot() *Snapshot { return l.snap.Load() }
+
+// FailOpen reports whether the Limiter answers allowed and degraded when
+// the store fails, so that a front end applies the same policy to what it
+// answers without a decision (a lease's release or renewal).
+func (l *Limiter) FailOpen() bool { return l.failOpen }
 
 // Ping reports whether the store answers.
 func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
@@ -405,7 +416,7 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 		}
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow
-		d.Unit = r.Limit.Counts()
+		d.Unit, d.Kind, d.Calendar = r.Limit.Counts(), r.Limit.KindOf(), r.Limit.Calendar
 		rate, bucketNow := Rate{}, int64(0)
 		if r.Limit.Quota() {
 			var length time.Duration

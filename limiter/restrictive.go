@@ -60,3 +60,19 @@ func (d *Decision) UntilReset(op Op) time.Duration {
 	}
 	return d.ResetAfter
 }
+
+// PolicyWindow is the RateLimit-Policy header's w: the time over which
+// the decision's burst is its quota. For a rate limit it is the time an
+// empty bucket takes to fill, burst·T (a blocked bucket, burst 0, has
+// none: its quota of 0 is given over the period); for a calendar quota,
+// the current window's length; for a concurrency limit, its period, the
+// longest a lease holds its units without renewal.
+func (d *Decision) PolicyWindow() time.Duration {
+	if d.Calendar != "" || d.Kind == KindConcurrency {
+		return d.Params.Period
+	}
+	if w := time.Duration(d.Params.Rate().Offset()) * time.Microsecond; w > 0 {
+		return w
+	}
+	return d.Params.Period
+}

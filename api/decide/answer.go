@@ -10,7 +10,10 @@ import (
 
 // result is the answer of a decision.
 type result struct {
-	Allowed      bool       `json:"allowed"`
+	Allowed bool `json:"allowed"`
+	// Lease is nil but in an acquire's answer, which has the member
+	// lease: the lease, or null when the acquire was denied.
+	Lease        **lease    `json:"lease,omitempty"`
 	RetryAfterMS int64      `json:"retry_after_ms"`
 	ResetAfterMS int64      `json:"reset_after_ms"`
 	Degraded     bool       `json:"degraded"`
@@ -23,6 +26,7 @@ type decision struct {
 	BucketID     string          `json:"bucket_id"`
 	Allowed      bool            `json:"allowed"`
 	Reason       *limiter.Reason `json:"reason"`
+	Held         *int64          `json:"held,omitempty"` // concurrency limits only
 	Remaining    int64           `json:"remaining"`
 	Debt         int64           `json:"debt"`
 	RetryAfterMS int64           `json:"retry_after_ms"`
@@ -34,10 +38,17 @@ type decision struct {
 	Capped       *bool           `json:"capped,omitempty"` // settles only
 	Source       limiter.Source  `json:"source"`
 	Shadow       bool            `json:"shadow"`
-	// reason and capped are what Reason and Capped point to, so that the
-	// pointers cost no allocation.
+	// reason, held and capped are what Reason, Held and Capped point
+	// to, so that the pointers cost no allocation.
 	reason limiter.Reason
+	held   int64
 	capped bool
+}
+
+// lease is a lease as an answer gives it.
+type lease struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // scratch is the working memory of one request, pooled so that the hot
@@ -47,7 +58,11 @@ type scratch struct {
 	reqs      []limiter.Request
 	decisions []limiter.Decision
 	result    result
-	out       []byte
+	// lease and leased are what result.Lease points to in an acquire's
+	// answer.
+	lease  lease
+	leased *lease
+	out    []byte
 	// header holds the RateLimit headers' text while it is built.
 	header []byte
 	// names interns limit names and periods: they repeat across requests,
@@ -109,7 +124,7 @@ func (sc *scratch) period(d time.Duration) string {
 // fill converts a result into the answer's DTO, reusing its memory.
 func (sc *scratch) fill(op limiter.Op, res limiter.Result) {
 	out := &sc.result
-	out.Allowed, out.Degraded = res.Allowed, res.Degraded
+	out.Allowed, out.Degraded, out.Lease = res.Allowed, res.Degraded, nil
 	out.RetryAfterMS, out.ResetAfterMS = millis(res.RetryAfter), millis(res.ResetAfter)
 	out.Decisions = out.Decisions[:0]
 	for i := range res.Decisions {
@@ -118,16 +133,31 @@ func (sc *scratch) fill(op limiter.Op, res limiter.Result) {
 			Limit: d.Limit, BucketID: d.BucketID, Allowed: d.Allowed, Remaining: d.Remaining, Debt: d.Debt,
 			RetryAfterMS: millis(d.RetryAfter), ResetAfterMS: millis(d.ResetAfter),
 			Burst: d.Params.Burst, Count: d.Params.Count, Period: sc.period(d.Params.Period), Unit: d.Unit,
-			Source: d.Source, Shadow: d.Shadow, reason: d.Reason, capped: d.Capped,
+			Source: d.Source, Shadow: d.Shadow, reason: d.Reason, held: d.Held, capped: d.Capped,
 		})
 		r := &out.Decisions[len(out.Decisions)-1]
 		if r.reason != "" {
 			r.Reason = &r.reason
 		}
+		if d.Kind == limiter.KindConcurrency {
+			r.Held = &r.held
+		}
 		if op == limiter.Settle {
 			r.Capped = &r.capped
 		}
 	}
+}
+
+// fillAcquire converts an acquire's result into the answer's DTO: a
+// decision's, with the lease.
+func (sc *scratch) fillAcquire(res limiter.LeaseResult) {
+	sc.fill(limiter.Spend, res.Result)
+	sc.leased = nil
+	if res.Lease != nil {
+		sc.lease = lease{ID: res.Lease.ID, ExpiresAt: res.Lease.Expires.UTC()}
+		sc.leased = &sc.lease
+	}
+	sc.result.Lease = &sc.leased
 }
 
 // millis converts a duration into whole milliseconds, rounded up so that a
@@ -144,14 +174,18 @@ func seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// quotaUnit maps a limit's unit to the RateLimit-Policy header's qu, ""
-// when the header is to have none. The draft defines requests (its
-// default, so never sent), content-bytes and concurrent-requests; a
-// limit in bytes counts content bytes. Any other unit, tokens for one, has
+// quotaUnit maps a decision's unit to the RateLimit-Policy header's qu,
+// "" when the header is to have none. The draft defines requests (its
+// default, so never sent), content-bytes and concurrent-requests: a
+// limit in bytes counts content bytes, and a concurrency limit that counts
+// requests counts concurrent ones. Any other unit, tokens for one, has
 // no name there: the header then leaves it out rather than send a value
 // clients cannot know, and the answer's unit says what the quota counts.
-func quotaUnit(unit string) string {
-	if unit == "bytes" || unit == "content-bytes" {
+func quotaUnit(d *limiter.Decision) string {
+	switch {
+	case d.Kind == limiter.KindConcurrency && d.Unit == limiter.DefaultUnit:
+		return "concurrent-requests"
+	case d.Kind != limiter.KindConcurrency && (d.Unit == "bytes" || d.Unit == "content-bytes"):
 		return "content-bytes"
 	}
 	return ""
@@ -160,23 +194,18 @@ func quotaUnit(unit string) string {
 // setHeaders sets RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
 // bucket, and Retry-After when the answer is a denial that a retry can
-// overcome. The two RateLimit values share one string and one slice
-// allocation.
+// overcome; an acquire's are a spend's. The two RateLimit values share one
+// string and one slice allocation.
 func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) {
 	if i := res.MostRestrictive(op); i >= 0 {
 		d := &res.Decisions[i]
-		// The window holds the burst: burst·T, rounded up. A blocked
-		// bucket (burst 0) has none, and the draft wants a positive
-		// window: its quota of 0 is given over the period.
-		window := seconds(time.Duration(d.Params.Rate().Offset()) * time.Microsecond)
-		if window == 0 {
-			window = max(1, seconds(d.Params.Period))
-		}
+		// In whole seconds, rounded up; the draft wants a positive window.
+		window := max(1, seconds(d.PolicyWindow()))
 		b := append(sc.header[:0], '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";q=`...)
 		b = strconv.AppendInt(b, d.Params.Burst, 10)
-		if qu := quotaUnit(d.Unit); qu != "" {
+		if qu := quotaUnit(d); qu != "" {
 			b = append(b, `;qu="`...)
 			b = append(b, qu...)
 			b = append(b, '"')

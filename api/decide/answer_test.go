@@ -48,3 +48,34 @@ func TestRateLimitHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyOfQuotasAndLeases: a calendar quota's window is its current
+// window's length, whatever its count (a rate's burst·T of a count that
+// does not divide the window in microseconds would be short of it), and a
+// concurrency limit's is its period, in concurrent requests.
+func TestPolicyOfQuotasAndLeases(t *testing.T) {
+	cases := []struct {
+		name   string
+		d      limiter.Decision
+		policy string
+	}{
+		{"a day of 25 hours", limiter.Decision{Limit: "Q", Calendar: limiter.CalendarDay, Unit: "tokens",
+			Params: limiter.Params{Burst: 70_000_000, Count: 70_000_000, Period: 25 * time.Hour}}, `"Q";q=70000000;w=90000`},
+		{"a day in bytes", limiter.Decision{Limit: "Q", Calendar: limiter.CalendarDay, Unit: "bytes",
+			Params: limiter.Params{Burst: 7, Count: 7, Period: 24 * time.Hour}}, `"Q";q=7;qu="content-bytes";w=86400`},
+		{"leases", limiter.Decision{Limit: "C", Kind: limiter.KindConcurrency, Unit: limiter.DefaultUnit,
+			Params: limiter.Params{Burst: 10, Count: 10, Period: 30 * time.Second}}, `"C";q=10;qu="concurrent-requests";w=30`},
+		{"leases of jobs", limiter.Decision{Limit: "C", Kind: limiter.KindConcurrency, Unit: "jobs",
+			Params: limiter.Params{Burst: 7, Count: 7, Period: 1500 * time.Millisecond}}, `"C";q=7;w=2`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.d.Allowed, c.d.Source = true, limiter.SourceDefault
+			h := http.Header{}
+			new(scratch).setHeaders(h, limiter.Spend, limiter.Result{Allowed: true, Decisions: []limiter.Decision{c.d}})
+			if got := h.Get("RateLimit-Policy"); got != c.policy {
+				t.Errorf("RateLimit-Policy %q, want %q", got, c.policy)
+			}
+		})
+	}
+}

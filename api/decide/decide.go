@@ -1,5 +1,6 @@
 // Package decide serves the routes that act on buckets: /v1/check,
-// /v1/spend, /v1/refund, /v1/settle and /v1/buckets/reset. They are the service's hot
+// /v1/spend, /v1/refund, /v1/settle, /v1/buckets/reset, and the leases of
+// concurrency limits, /v1/acquire, /v1/release and /v1/renew. They are the service's hot
 // path, so they are a plain http.Handler over the Limiter, outside the
 // admin API's router and middleware, and this is the only package that
 // holds code written for speed: a decoder for the common form of a body,
@@ -28,10 +29,17 @@ import (
 // maxBody bounds a body: 100 buckets with the longest ids fit well within.
 const maxBody = 1 << 20
 
-// Limiter answers decisions and resets buckets; *limiter.Limiter is one.
+// Limiter answers decisions, resets buckets and keeps leases;
+// *limiter.Limiter is one.
 type Limiter interface {
 	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
 	Reset(ctx context.Context, reqs []limiter.Request) (int, error)
+	Acquire(ctx context.Context, reqs []limiter.Request, ttl time.Duration) (limiter.LeaseResult, error)
+	Release(ctx context.Context, id string) (bool, error)
+	Renew(ctx context.Context, id string, ttl time.Duration) (limiter.Lease, error)
+	// FailOpen is the store failure policy, which a release or renewal
+	// that cannot reach the store follows as a decision does.
+	FailOpen() bool
 	// Snapshot holds the limits that a refused body's buckets are checked
 	// against, so that one 422 lists every bad field.
 	Snapshot() *limiter.Snapshot
@@ -49,9 +57,12 @@ type Observer interface {
 	RequestID() string
 	ObserveRequest(route, method string, status int, took time.Duration)
 	ObserveDecisions(op limiter.Op, res limiter.Result)
-	// ObserveSettle counts the tokens a settle moved, which its
-	// decisions alone do not tell.
-	ObserveSettle(reqs []limiter.Request, res limiter.Result)
+	// ObserveAcquire counts the decisions of an acquire.
+	ObserveAcquire(res limiter.Result)
+	// ObserveUnits counts the units a decision moved, which its
+	// decisions alone do not tell: those a settle gave back or charged,
+	// and those a spend took from calendar quotas.
+	ObserveUnits(op limiter.Op, reqs []limiter.Request, res limiter.Result)
 }
 
 // Config wires a Handler.
@@ -63,7 +74,8 @@ type Config struct {
 	// when nil.
 	Logger *slog.Logger
 	// Now reads the clock, for the expiry of overrides when a refused
-	// body's buckets are checked; time.Now when nil.
+	// body's buckets are checked and for a renewal answered without the
+	// store; time.Now when nil. It is the Limiter's clock.
 	Now func() time.Time
 	// Trace, when set, starts the span of a request to a route, given its
 	// path, and returns the request carrying the span and what ends it
@@ -107,13 +119,17 @@ func decideOp(op limiter.Op) func(*Handler, http.ResponseWriter, *http.Request, 
 }
 
 // routes lists every route. A check spends nothing, and support staff look
-// buckets up with it; a reset is support work.
+// buckets up with it; a reset is support work. Leases are taken and given
+// back by the services that decide.
 var routes = []route{
 	{"/v1/check", []auth.Scope{auth.Decide, auth.Support}, decideOp(limiter.Check)},
 	{"/v1/spend", []auth.Scope{auth.Decide}, decideOp(limiter.Spend)},
 	{"/v1/refund", []auth.Scope{auth.Decide}, decideOp(limiter.Refund)},
 	{"/v1/settle", []auth.Scope{auth.Decide}, decideOp(limiter.Settle)},
 	{"/v1/buckets/reset", []auth.Scope{auth.Support}, (*Handler).reset},
+	{"/v1/acquire", []auth.Scope{auth.Decide}, (*Handler).acquire},
+	{"/v1/release", []auth.Scope{auth.Decide}, (*Handler).release},
+	{"/v1/renew", []auth.Scope{auth.Decide}, (*Handler).renew},
 }
 
 // Paths are the paths the Handler serves, each with the POST method only.
@@ -223,7 +239,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 // decide answers a check, spend, refund or settle. A decision is always a 200,
 // whatever it says; an error (422, 503) never carries one.
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op limiter.Op) error {
-	reqs, err := h.read(r, sc, formOf(op))
+	reqs, err := h.read(r, sc, formOf(op), nil)
 	if err != nil {
 		return err
 	}
@@ -235,11 +251,8 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 		return err
 	}
 	h.cfg.Observer.ObserveDecisions(op, res)
-	if op == limiter.Settle {
-		h.cfg.Observer.ObserveSettle(reqs, res)
-	}
-	hdr := w.Header()
-	sc.setHeaders(hdr, op, res)
+	h.cfg.Observer.ObserveUnits(op, reqs, res)
+	sc.setHeaders(w.Header(), op, res)
 	sc.fill(op, res)
 	sc.out = sc.result.appendJSON(sc.out)
 	answer(w, sc.out)
@@ -248,7 +261,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 
 // reset makes buckets full again.
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) error {
-	reqs, err := h.read(r, sc, bare)
+	reqs, err := h.read(r, sc, bare, nil)
 	if err != nil {
 		return err
 	}
@@ -272,16 +285,12 @@ func answer(w http.ResponseWriter, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// read reads and decodes the body. A body of the wrong shape is a 400; one
+// read reads and decodes the body; more, when set, reads the members of
+// its top level beside buckets. A body of the wrong shape is a 400; one
 // with invalid values a 422 that also names the buckets the Limiter would
 // refuse, so that one answer lists every bad field and nothing is spent.
-func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request, error) {
-	var err error
-	if sc.body, err = input.Read(r, sc.body); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, problem.TooLarge(maxBody)
-		}
+func (h *Handler) read(r *http.Request, sc *scratch, f form, more func(input.Object, *input.Errors)) ([]limiter.Request, error) {
+	if err := readBody(r, sc); err != nil {
 		return nil, err
 	}
 	reqs, ok := decodeFast(sc.body, sc.reqs, f, sc)
@@ -289,7 +298,7 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request,
 		sc.reqs = reqs
 		return reqs, nil
 	}
-	reqs, errs, err := decodeStrict(sc.body, sc.reqs[:0], f)
+	reqs, errs, err := decodeStrict(sc.body, sc.reqs[:0], f, more)
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +308,19 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form) ([]limiter.Request,
 		return nil, errs.Err()
 	}
 	return reqs, nil
+}
+
+// readBody reads the body into sc.body; one over maxBody is a 413.
+func readBody(r *http.Request, sc *scratch) error {
+	var err error
+	if sc.body, err = input.Read(r, sc.body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return problem.TooLarge(maxBody)
+		}
+		return err
+	}
+	return nil
 }
 
 // bucketErrors adds to errs what the Limiter would say of the requests

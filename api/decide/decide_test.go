@@ -26,6 +26,14 @@ func (panicking) Decide(context.Context, limiter.Op, []limiter.Request, []limite
 }
 func (panicking) Reset(context.Context, []limiter.Request) (int, error) { return 0, nil }
 func (panicking) Snapshot() *limiter.Snapshot                           { return nil }
+func (panicking) Acquire(context.Context, []limiter.Request, time.Duration) (limiter.LeaseResult, error) {
+	panic("a bug")
+}
+func (panicking) Release(context.Context, string) (bool, error) { panic("a bug") }
+func (panicking) Renew(context.Context, string, time.Duration) (limiter.Lease, error) {
+	panic("a bug")
+}
+func (panicking) FailOpen() bool { return false }
 
 // allowAll authenticates any token as admin.
 type allowAll struct{}
@@ -45,6 +53,8 @@ func TestHandlerRefusals(t *testing.T) {
 		status                       int
 	}{
 		{"panic", "POST", "/v1/spend", "application/json", body, http.StatusInternalServerError},
+		{"panic in an acquire", "POST", "/v1/acquire", "application/json", body, http.StatusInternalServerError},
+		{"panic in a release", "POST", "/v1/release", "application/json", `{"lease_id":"` + limiter.NewLeaseID() + `"}`, http.StatusInternalServerError},
 		{"method", "GET", "/v1/spend", "", "", http.StatusMethodNotAllowed},
 		{"media type", "POST", "/v1/check", "text/plain", body, http.StatusUnsupportedMediaType},
 		{"too large", "POST", "/v1/refund", "application/json", `{"buckets":"` + strings.Repeat("x", 1<<20) + `"}`, http.StatusRequestEntityTooLarge},

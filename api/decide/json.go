@@ -2,6 +2,7 @@ package decide
 
 import (
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -197,6 +198,14 @@ func (p *jsonScanner) bucket(f form, sc *scratch) (limiter.Request, bool) {
 func (r *result) appendJSON(b []byte) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
+	if r.Lease != nil {
+		b = append(b, `,"lease":`...)
+		if *r.Lease == nil {
+			b = append(b, "null"...)
+		} else {
+			b = (*r.Lease).appendJSON(b)
+		}
+	}
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, r.RetryAfterMS, 10)
 	b = append(b, `,"reset_after_ms":`...)
@@ -232,6 +241,10 @@ func (d *decision) appendJSON(b []byte) []byte {
 	} else {
 		b = appendJSONString(b, string(*d.Reason))
 	}
+	if d.Held != nil {
+		b = append(b, `,"held":`...)
+		b = strconv.AppendInt(b, *d.Held, 10)
+	}
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, `,"debt":`...)
@@ -257,6 +270,14 @@ func (d *decision) appendJSON(b []byte) []byte {
 	b = append(b, `,"shadow":`...)
 	b = strconv.AppendBool(b, d.Shadow)
 	return append(b, '}')
+}
+
+func (l *lease) appendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, l.ID)
+	b = append(b, `,"expires_at":"`...)
+	b = l.ExpiresAt.AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...)
 }
 
 // appendJSONString appends s as a JSON string the way encoding/json does

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -53,7 +54,7 @@ func FuzzDecisionDecoder(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
 		fm := form(n % 3)
-		strict, errs, err := decodeStrict(body, nil, fm)
+		strict, errs, err := decodeStrict(body, nil, fm, nil)
 		fast, ok := decodeFast(body, nil, fm, new(scratch))
 		if !ok {
 			return
@@ -76,8 +77,16 @@ func FuzzDecisionJSON(f *testing.F) {
 		r := result{Allowed: allowed, RetryAfterMS: n, ResetAfterMS: -n, Decisions: []decision{
 			{Limit: limit, BucketID: id, Allowed: allowed, Reason: &reason, Remaining: n, Debt: n, Period: period, Unit: id,
 				Source: limiter.Source(id), Capped: &allowed},
-			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true},
+			{Limit: id, BucketID: limit, Burst: n, Count: n, RetryAfterMS: n, Shadow: true, Held: &n},
 		}}
+		// An acquire's answer has a lease, or null; others have none.
+		l := &lease{ID: id, ExpiresAt: time.UnixMicro(n % (1 << 47)).UTC()}
+		if !allowed {
+			l = nil
+		}
+		if n%2 == 0 {
+			r.Lease = &l
+		}
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
@@ -108,7 +117,7 @@ func TestSurrogateEscapes(t *testing.T) {
 		`{"buckets":[{"limit":"L","bucket_id":"x"}],"\udfff":1}`:       false,
 		`{"buckets":[{"limit":"L","bucket_id":"\ud83d\ude00\ud83d"}]}`: false,
 	} {
-		reqs, _, err := decodeStrict([]byte(body), nil, costed)
+		reqs, _, err := decodeStrict([]byte(body), nil, costed, nil)
 		if (err == nil) != ok {
 			t.Errorf("%s: %v", body, err)
 		}
@@ -123,7 +132,7 @@ func TestSurrogateEscapes(t *testing.T) {
 // those of the first buckets, stays small whatever the body's size.
 func TestHugeBatchReadsOnlyTheMost(t *testing.T) {
 	body := `{"buckets":[` + strings.Repeat(`{},`, 50000) + `{}]}`
-	reqs, errs, err := decodeStrict([]byte(body), nil, costed)
+	reqs, errs, err := decodeStrict([]byte(body), nil, costed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,22 @@ import (
 )
 
 // decodeStrict reads any body, as the admin API reads its bodies, and
-// appends its requests to dst. A body that is not JSON, not UTF-8, or of
-// the wrong shape (an unknown or repeated key, a value of the wrong type, a
-// fraction) is an *input.Error, a 400 naming every bad field. Values that
-// parse but are out of range are returned in errs, in body order, for the
-// caller's 422; their requests hold zero values in their place.
-func decodeStrict(body []byte, dst []limiter.Request, f form) ([]limiter.Request, *input.Errors, error) {
+// appends its requests to dst; more, when set, reads the members of the
+// top level beside buckets (nil: there are none). A body that is not
+// JSON, not UTF-8, or of the wrong shape (an unknown or repeated key, a
+// value of the wrong type, a fraction) is an *input.Error, a 400 naming
+// every bad field. Values that parse but are out of range are returned in
+// errs, in body order, for the caller's 422; their requests hold zero
+// values in their place.
+func decodeStrict(body []byte, dst []limiter.Request, f form, more func(input.Object, *input.Errors)) ([]limiter.Request, *input.Errors, error) {
 	b, err := input.Parse(body)
 	if err != nil {
 		return dst, nil, err
 	}
 	o := b.Root()
+	if more != nil {
+		more(o, &b.Errs)
+	}
 	o.Require("buckets")
 	n, ok := o.Objects("buckets", limiter.MaxBatch, func(_ int, bucket input.Object) {
 		dst = append(dst, readBucket(bucket, f, &b.Errs))

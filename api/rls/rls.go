@@ -38,6 +38,8 @@ type Decider interface {
 // REST; *telemetry.Front is one.
 type Observer interface {
 	ObserveDecisions(op limiter.Op, res limiter.Result)
+	// ObserveUnits counts the units a spend took from calendar quotas.
+	ObserveUnits(op limiter.Op, reqs []limiter.Request, res limiter.Result)
 	// ObserveUnmatched counts descriptors that matched no rule.
 	ObserveUnmatched(n int)
 }
@@ -112,12 +114,15 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, b.decideError(ctx, err)
 	}
 	b.decisions = res.Decisions
+	spent := b.reqs
 	if !res.Allowed && !res.Degraded && b.overQuotaOnly(res.Decisions) {
 		if res, err = b.spendWithinQuota(ctx, s.lim); err != nil {
 			return nil, b.decideError(ctx, err)
 		}
+		spent = b.retry
 	}
 	s.obs.ObserveDecisions(limiter.Spend, res)
+	s.obs.ObserveUnits(limiter.Spend, spent, res)
 	if !res.Allowed {
 		r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -180,7 +185,7 @@ func (r *reply) status(i int, d *limiter.Decision) {
 		// as envoyproxy/ratelimit reports requests_per_unit 0.
 		setCurrentLimit(&dr.limit, d.Limit, limiter.Params{Count: 1, Period: d.Params.Period})
 		dr.limit.RequestsPerUnit = 0
-	} else {
+	} else if !setQuotaLimit(&dr.limit, d) {
 		setCurrentLimit(&dr.limit, d.Limit, d.Params)
 	}
 	st.CurrentLimit = &dr.limit
@@ -479,6 +484,29 @@ func setCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, name string, p limi
 	}
 }
 
+// calendarUnits are Envoy's units of the calendar quotas' windows.
+var calendarUnits = map[limiter.Calendar]rlsv3.RateLimitResponse_RateLimit_Unit{
+	limiter.CalendarHour:  rlsv3.RateLimitResponse_RateLimit_HOUR,
+	limiter.CalendarDay:   rlsv3.RateLimitResponse_RateLimit_DAY,
+	limiter.CalendarWeek:  rlsv3.RateLimitResponse_RateLimit_WEEK,
+	limiter.CalendarMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
+	limiter.CalendarYear:  rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// setQuotaLimit sets out to a calendar quota's count per its window's
+// unit, 1000 per DAY, whatever the window's length: as a rate over the
+// current window, 1000 in a day of 25 hours would read 960 per DAY. It reports
+// false for a decision that is no quota's, or whose count is beyond
+// Envoy's 32 bits, which setCurrentLimit then words as a rate.
+func setQuotaLimit(out *rlsv3.RateLimitResponse_RateLimit, d *limiter.Decision) bool {
+	unit, ok := calendarUnits[d.Calendar]
+	if !ok || d.Params.Count > math.MaxUint32 {
+		return false
+	}
+	out.Name, out.RequestsPerUnit, out.Unit = d.Limit, uint32(d.Params.Count), unit
+	return true
+}
+
 // headers sets the RateLimit-Policy, RateLimit and Retry-After headers of
 // the REST answer (draft-ietf-httpapi-ratelimit-headers), for Envoy to add
 // to its response. Their values are written into one string, which they
@@ -490,12 +518,8 @@ func (r *reply) headers(res limiter.Result) {
 	n := 0
 	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
 		d := &res.Decisions[i]
-		// The window holds the burst: burst·T, rounded up; a blocked
-		// bucket has none, and its quota of 0 is given over the period.
-		window := seconds(time.Duration(d.Params.Rate().Offset()) * time.Microsecond)
-		if window == 0 {
-			window = max(1, seconds(d.Params.Period))
-		}
+		// In whole seconds, rounded up; the draft wants a positive window.
+		window := max(1, seconds(d.PolicyWindow()))
 		buf = strconv.AppendQuote(buf, d.Limit)
 		buf = append(buf, ";q="...)
 		buf = strconv.AppendInt(buf, d.Params.Burst, 10)

@@ -79,11 +79,12 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	defer closeStore()
 
 	// Telemetry reads the limiter's counters, and the limiter reports its
-	// store calls to telemetry: the hook reaches tel, made below, before
-	// any decision can be made.
+	// store calls and leases to telemetry: the hooks reach tel, made
+	// below, before any decision can be made.
 	var tel *telemetry.Telemetry
 	lim := limiter.New(limiter.Config{Store: store, Now: now, FailOpen: cfg.FailOpen, DeniedCacheSize: cfg.DeniedCacheSize, Logger: log,
-		TraceStore: traces.Store, ObserveStore: func(op limiter.Op, took time.Duration, err error) { tel.ObserveStore(op, took, err) }})
+		TraceStore: traces.Store, ObserveStore: func(op limiter.Op, took time.Duration, err error) { tel.ObserveStore(op, took, err) },
+		ObserveLease: func(limit string, e limiter.LeaseEvent, n int64) { tel.ObserveLease(limit, e, n) }})
 	keeper := auth.NewKeeper(d.ListTokens, cfg.BootstrapToken, log)
 	ld := loader.New(loader.Config{Source: d, Target: lim, Tokens: keeper.Refresh, Now: now, SyncInterval: cfg.SyncInterval, Logger: log})
 	if cfg.BootstrapToken == "" {
@@ -101,7 +102,7 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
 		Trace: traces.HTTP,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Trace: traces.HTTP})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Now: now, Trace: traces.HTTP})
 	hs := &http.Server{
 		Handler:           buckets.Beside(srv),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -52,6 +52,8 @@ type Config struct {
 type Telemetry struct {
 	decisionsTotal *prometheus.CounterVec
 	settledTokens  *prometheus.CounterVec
+	quotaUnits     *prometheus.CounterVec
+	leasesTotal    *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	storeDuration  *prometheus.HistogramVec
 	unmatched      prometheus.Counter
@@ -65,6 +67,7 @@ type Telemetry struct {
 	counters  seriesCache[decisionSeries, prometheus.Counter]
 	observers seriesCache[requestSeries, prometheus.Observer]
 	stores    seriesCache[storeSeries, prometheus.Observer]
+	leases    seriesCache[string, *[len(leaseEvents)]prometheus.Counter]
 
 	// requestPrefix and requestSeq make request ids unique across restarts
 	// and cheap to generate.
@@ -74,7 +77,8 @@ type Telemetry struct {
 
 // decisionSeries names a series of ratelimitd_decisions_total.
 type decisionSeries struct {
-	op       limiter.Op
+	// op is limiter.Op's name, or acquire.
+	op       string
 	limit    string
 	result   string
 	frontend string
@@ -156,6 +160,19 @@ func New(cfg Config) *Telemetry {
 				"by limit and unit. The excess of a settle that hit the cap of one burst of debt is counted as capped, not charged: " +
 				"only part of it was charged.",
 		}, []string{"limit", "unit", "kind"})),
+		// Units, not decisions: a quota is spent by the unit (tokens,
+		// bytes), and its usage per window is the increase over it.
+		quotaUnits: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_quota_spent_units_total",
+			Help: "Units that allowed spends took from the buckets of calendar quotas, by limit and unit, on both front ends. " +
+				"Refunds and settles are not counted here (settles are in ratelimitd_settled_tokens_total).",
+		}, []string{"limit", "unit"})),
+		leasesTotal: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_leases_total",
+			Help: "Leases of concurrency limits by limit and event: acquired, released, renewed, or expired (found expired, and " +
+				"dropped, by the next operation on its bucket), each counted once per bucket of the lease. Leases held per limit " +
+				"are acquired - released - expired, summed over the replicas.",
+		}, []string{"limit", "event"})),
 		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimitd_http_request_duration_seconds",
 			Help:    "HTTP request latencies by route pattern, method and status code.",
@@ -289,23 +306,42 @@ type Front struct {
 }
 
 // ObserveDecisions counts the decisions of a result.
-func (f *Front) ObserveDecisions(op limiter.Op, res limiter.Result) {
+func (f *Front) ObserveDecisions(op limiter.Op, res limiter.Result) { f.observe(op.String(), res) }
+
+// ObserveAcquire counts the decisions of an acquire, as op acquire.
+func (f *Front) ObserveAcquire(res limiter.Result) { f.observe("acquire", res) }
+
+func (f *Front) observe(op string, res limiter.Result) {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded), frontend: f.name}
 		f.counters.get(k, func() prometheus.Counter {
-			return f.decisionsTotal.WithLabelValues(k.op.String(), k.limit, k.result, k.frontend)
+			return f.decisionsTotal.WithLabelValues(k.op, k.limit, k.result, k.frontend)
 		}).Inc()
 	}
 }
 
-// ObserveSettle counts the tokens a settle gave back and charged. A
-// settle that changed nothing (a blocked or unlimited bucket, or an answer
-// degraded by a store failure) counts nothing.
-func (f *Front) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
-	if res.Degraded {
-		return
+// ObserveUnits counts the units a decision moved that its decisions alone
+// do not tell: what a settle gave back and charged, and what a spend took
+// from calendar quotas. A decision that changed nothing (denied, blocked
+// or unlimited, or an answer degraded by a store failure) counts nothing.
+func (f *Front) ObserveUnits(op limiter.Op, reqs []limiter.Request, res limiter.Result) {
+	switch {
+	case res.Degraded:
+	case op == limiter.Settle:
+		f.observeSettle(reqs, res)
+	case op == limiter.Spend && res.Allowed:
+		for i := range res.Decisions {
+			d := &res.Decisions[i]
+			if d.Calendar != "" && d.Allowed && d.Source != limiter.SourceUnlimited && reqs[i].Cost > 0 {
+				f.quotaUnits.WithLabelValues(d.Limit, d.Unit).Add(float64(reqs[i].Cost))
+			}
+		}
 	}
+}
+
+// observeSettle counts the tokens a settle gave back and charged.
+func (f *Front) observeSettle(reqs []limiter.Request, res limiter.Result) {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		if !d.Allowed || d.Source == limiter.SourceUnlimited {
@@ -322,6 +358,29 @@ func (f *Front) ObserveSettle(reqs []limiter.Request, res limiter.Result) {
 			continue
 		}
 		f.settledTokens.WithLabelValues(d.Limit, d.Unit, kind).Add(float64(n))
+	}
+}
+
+// leaseEvents are the events of ratelimitd_leases_total.
+var leaseEvents = [...]limiter.LeaseEvent{limiter.LeaseAcquired, limiter.LeaseReleased, limiter.LeaseRenewed, limiter.LeaseExpired}
+
+// ObserveLease counts n events of leases of a limit; it is
+// limiter.Config.ObserveLease. The first event of a limit makes the series
+// of every event, at 0, so that held = acquired - released - expired is
+// defined (PromQL drops a limit that lacks one of its terms) and the first
+// increase of each counts.
+func (t *Telemetry) ObserveLease(limit string, e limiter.LeaseEvent, n int64) {
+	series := t.leases.get(limit, func() *[len(leaseEvents)]prometheus.Counter {
+		var s [len(leaseEvents)]prometheus.Counter
+		for i, ev := range leaseEvents {
+			s[i] = t.leasesTotal.WithLabelValues(limit, ev.String())
+		}
+		return &s
+	})
+	for i, ev := range leaseEvents {
+		if ev == e {
+			series[i].Add(float64(n))
+		}
 	}
 }
 

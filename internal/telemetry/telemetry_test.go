@@ -64,9 +64,9 @@ func TestSettledTokensByKind(t *testing.T) {
 		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true, Capped: true}},
 		{Limit: "T", Unit: "tokens", Outcome: limiter.Outcome{Allowed: true}},
 	}}
-	f.ObserveSettle(reqs, res)
+	f.ObserveUnits(limiter.Settle, reqs, res)
 	// A degraded answer changed nothing, and counts nothing.
-	f.ObserveSettle(reqs, limiter.Result{Degraded: true, Decisions: res.Decisions})
+	f.ObserveUnits(limiter.Settle, reqs, limiter.Result{Degraded: true, Decisions: res.Decisions})
 	wantLines(t, scrape(t, tel),
 		`ratelimitd_settled_tokens_total{kind="returned",limit="T",unit="tokens"} 6`,
 		`ratelimitd_settled_tokens_total{kind="charged",limit="T",unit="tokens"} 5`,
@@ -121,4 +121,45 @@ func TestStoreDuration(t *testing.T) {
 		`ratelimitd_store_duration_seconds_count{op="spend",result="error"} 1`,
 		`ratelimitd_store_duration_seconds_bucket{op="spend",result="error",le="0.1"} 0`,
 	)
+}
+
+// TestLeaseSeriesComeTogether: the first event of a limit's leases makes
+// the series of every event, so that acquired - released - expired is
+// defined from the first lease on.
+func TestLeaseSeriesComeTogether(t *testing.T) {
+	tel := New(Config{})
+	tel.ObserveLease("Calls", limiter.LeaseAcquired, 2)
+	tel.ObserveLease("Calls", limiter.LeaseExpired, 1)
+	tel.ObserveLease("Calls", limiter.LeaseAcquired, 1)
+	wantLines(t, scrape(t, tel),
+		`ratelimitd_leases_total{event="acquired",limit="Calls"} 3`,
+		`ratelimitd_leases_total{event="released",limit="Calls"} 0`,
+		`ratelimitd_leases_total{event="renewed",limit="Calls"} 0`,
+		`ratelimitd_leases_total{event="expired",limit="Calls"} 1`,
+	)
+}
+
+// TestQuotaUnits counts what allowed spends took from calendar quotas:
+// not rate limits, unlimited buckets, denied or degraded batches, nor
+// other operations.
+func TestQuotaUnits(t *testing.T) {
+	tel := New(Config{})
+	f := tel.Front("grpc")
+	quota := func(allowed bool, source limiter.Source) limiter.Decision {
+		return limiter.Decision{Limit: "Q", Unit: "tokens", Calendar: limiter.CalendarDay, Source: source, Outcome: limiter.Outcome{Allowed: allowed}}
+	}
+	reqs := []limiter.Request{{Cost: 30}, {Cost: 7}, {Cost: 5}}
+	allowed := limiter.Result{Allowed: true, Decisions: []limiter.Decision{
+		quota(true, limiter.SourceDefault), quota(true, limiter.SourceUnlimited), {Limit: "R", Outcome: limiter.Outcome{Allowed: true}},
+	}}
+	f.ObserveUnits(limiter.Spend, reqs, allowed)
+	f.ObserveUnits(limiter.Check, reqs, allowed)
+	f.ObserveUnits(limiter.Refund, reqs, allowed)
+	f.ObserveUnits(limiter.Spend, reqs, limiter.Result{Degraded: true, Allowed: true, Decisions: allowed.Decisions})
+	f.ObserveUnits(limiter.Spend, reqs[:2], limiter.Result{Decisions: []limiter.Decision{quota(true, limiter.SourceDefault), quota(false, limiter.SourceDefault)}})
+	text := scrape(t, tel)
+	wantLines(t, text, `ratelimitd_quota_spent_units_total{limit="Q",unit="tokens"} 30`)
+	if strings.Contains(text, `limit="R"`) {
+		t.Errorf("a rate limit's units counted:\n%s", text)
+	}
 }

@@ -1,0 +1,158 @@
+package api_test
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Calendar quotas reach these tests' snapshots through withLimits: the
+// REST API cannot create them yet.
+
+// quota is a calendar quota of string ids.
+func quota(name string, c limiter.Calendar, zone string, count int64) limiter.Limit {
+	return limiter.Limit{Name: name, IDFormat: limiter.String, Calendar: c, TimeZone: zone,
+		Params: limiter.Params{Burst: count, Count: count}}
+}
+
+// quotaEnvs runs f on a service over each store with the limits, its
+// clock at start. The quota's buckets are reset when f returns, so that
+// Redis drops their keys, which would otherwise live until the windows of
+// the clock's future end.
+func quotaEnvs(t *testing.T, start time.Time, limits []limiter.Limit, f func(t *testing.T, e *env)) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			opts := []envOption{withLimits(limits...)}
+			if s := st.store(t); s != nil {
+				opts = append(opts, withStore(s))
+			}
+			e := newEnv(t, opts...)
+			e.waitLimit(limits[len(limits)-1].Name)
+			e.clock.Advance(start.Sub(e.clock.Now()))
+			f(t, e)
+		})
+	}
+}
+
+// resetAfter resets the buckets when the test ends.
+func (e *env) resetAfter(t *testing.T, buckets ...obj) {
+	t.Cleanup(func() {
+		e.do("POST", "/v1/buckets/reset", e.admin, obj{"buckets": buckets}).expect(t, http.StatusOK)
+	})
+}
+
+// next25HourDay returns the start of the next day after now that lasts
+// 25 hours in zone, when summer time ends: the quota story runs on it, in
+// the future, so that Redis keeps the keys of its windows.
+func next25HourDay(t *testing.T, zone *time.Location, now time.Time) time.Time {
+	t.Helper()
+	y, m, d := now.In(zone).Date()
+	for i := 1; i <= 400; i++ {
+		start := time.Date(y, m, d+i, 0, 0, 0, 0, zone)
+		if time.Date(y, m, d+i+1, 0, 0, 0, 0, zone).Sub(start) == 25*time.Hour {
+			return start
+		}
+	}
+	t.Fatalf("no day of 25 hours in %s within 400 days", zone)
+	return time.Time{}
+}
+
+// TestQuotaStory is the daily quota of docs/api.md: three exports a day
+// in Paris, on the day summer time ends, which lasts 25 hours.
+func TestQuotaStory(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := next25HourDay(t, paris, time.Now())
+	at := func(h, m int) time.Time { return time.Date(day.Year(), day.Month(), day.Day(), h, m, 0, 0, paris) }
+	limits := []limiter.Limit{quota("ExportsPerDay", limiter.CalendarDay, "Europe/Paris", 3)}
+	quotaEnvs(t, at(22, 0), limits, func(t *testing.T, e *env) {
+		e.resetAfter(t, obj{"limit": "ExportsPerDay", "bucket_id": "acct-42"})
+		step := func(op string, cost int, allowed bool, remaining, retry, reset int64, period, policy, ratelimit, retryAfter string) {
+			t.Helper()
+			r, res := e.decided(op, e.admin, bucket("ExportsPerDay", "acct-42", cost))
+			d := r.Decisions[0]
+			if r.Allowed != allowed || d.Remaining != remaining || d.RetryAfterMS != retry || d.ResetAfterMS != reset ||
+				d.Period != period || d.Burst != 3 || d.Count != 3 || d.Held != nil {
+				t.Fatalf("%s of %d at %s: %s", op, cost, e.clock.Now().In(paris), res.body)
+			}
+			wantHeaders(t, res, policy, ratelimit, retryAfter)
+		}
+		// 22:00, two hours before the end of a day of 25.
+		step("spend", 1, true, 2, 0, 7_200_000, "25h0m0s", `"ExportsPerDay";q=3;w=90000`, `"ExportsPerDay";r=2;t=7200`, "")
+		step("spend", 2, true, 0, 0, 7_200_000, "25h0m0s", `"ExportsPerDay";q=3;w=90000`, `"ExportsPerDay";r=0;t=7200`, "")
+		// 22:30: the quota is used up until midnight.
+		e.clock.Advance(30 * time.Minute)
+		step("spend", 1, false, 0, 5_400_000, 5_400_000, "25h0m0s", `"ExportsPerDay";q=3;w=90000`, `"ExportsPerDay";r=0;t=5400`, "5400")
+		step("check", 0, true, 0, 0, 5_400_000, "25h0m0s", `"ExportsPerDay";q=3;w=90000`, `"ExportsPerDay";r=0;t=5400`, "")
+		// Midnight: a new window of 24 hours, full again.
+		e.clock.Advance(at(24, 0).Sub(e.clock.Now()))
+		step("spend", 1, true, 2, 0, 86_400_000, "24h0m0s", `"ExportsPerDay";q=3;w=86400`, `"ExportsPerDay";r=2;t=86400`, "")
+	})
+}
+
+// TestQuotaWindowOps: refund and settle act on the current window; a
+// settle takes it at most one count into debt, which ends with the
+// window; an hourly quota's usage per window shows in the metrics.
+func TestQuotaWindowOps(t *testing.T) {
+	start := time.Now().Add(time.Hour).Truncate(time.Hour).Add(10 * time.Minute)
+	limits := []limiter.Limit{quota("TokensPerHour", limiter.CalendarHour, "UTC", 1000)}
+	quotaEnvs(t, start, limits, func(t *testing.T, e *env) {
+		e.resetAfter(t, obj{"limit": "TokensPerHour", "bucket_id": "k"})
+		e.decided("spend", e.admin, bucket("TokensPerHour", "k", 400))
+		if r, _ := e.decided("refund", e.admin, bucket("TokensPerHour", "k", 100)); r.Decisions[0].Remaining != 700 {
+			t.Fatalf("refund: %+v", r.Decisions[0])
+		}
+		r, _ := e.decided("settle", e.admin, settle("TokensPerHour", "k", 0, 5000))
+		if d := r.Decisions[0]; d.Remaining != 0 || d.Debt != 1000 || d.Capped == nil || !*d.Capped || d.ResetAfterMS != 50*60*1000 {
+			t.Fatalf("settle: %+v", d)
+		}
+		if r, res := e.decided("spend", e.admin, bucket("TokensPerHour", "k", 1)); r.Allowed || r.RetryAfterMS != 50*60*1000 {
+			t.Fatalf("spend in debt: %s", res.body)
+		}
+		e.clock.Advance(50 * time.Minute)
+		if r, _ := e.decided("spend", e.admin, bucket("TokensPerHour", "k", 250)); !r.Allowed || r.Decisions[0].Remaining != 750 || r.Decisions[0].Debt != 0 {
+			t.Fatalf("the next hour: %+v", r.Decisions[0])
+		}
+		metrics := e.do("GET", "/metrics", "", nil).expect(t, http.StatusOK).body
+		if !contains(metrics, "\n"+`ratelimitd_quota_spent_units_total{limit="TokensPerHour",unit="requests"} 650`+"\n") {
+			t.Errorf("quota units: %s", metrics)
+		}
+	})
+}
+
+// TestQuotaExactUnderConcurrency: N concurrent spends of 1 on a fresh
+// quota of count admit exactly min(N, count), through HTTP.
+func TestQuotaExactUnderConcurrency(t *testing.T) {
+	const count, tries = 10, 40
+	start := time.Now().Add(24 * time.Hour)
+	limits := []limiter.Limit{quota("Daily", limiter.CalendarDay, "America/New_York", count)}
+	quotaEnvs(t, start, limits, func(t *testing.T, e *env) {
+		e.resetAfter(t, obj{"limit": "Daily", "bucket_id": "x"})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range tries {
+			wg.Go(func() {
+				res := e.do("POST", "/v1/spend", e.admin, obj{"buckets": []obj{bucket("Daily", "x", 1)}})
+				var r result
+				if res.status != http.StatusOK {
+					t.Errorf("%d %s", res.status, res.body)
+					return
+				}
+				res.json(t, &r)
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if admitted.Load() != count {
+			t.Fatalf("admitted %d of %d, want %d", admitted.Load(), tries, count)
+		}
+	})
+}
