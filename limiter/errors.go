@@ -55,6 +55,9 @@ var (
 	// ErrIDRefused is an override whose limit's id format changed, between
 	// reading and writing, to one that refuses its bucket id.
 	ErrIDRefused = &sentinel{"the limit's id format refuses the bucket id", ErrConflict}
+	// ErrParamsRefused is an imported override whose limit changed,
+	// between reading and writing, to one its parameters do not fit.
+	ErrParamsRefused = &sentinel{"the limit refuses the override's parameters", ErrConflict}
 	// ErrHasOverrides and ErrHasRules are a limit that cannot be deleted
 	// while they refer to it.
 	ErrHasOverrides = &sentinel{"the limit has overrides", ErrConflict}
