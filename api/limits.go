@@ -51,6 +51,10 @@ func limitFromBody(b *input.Body, name string) limiter.Limit {
 		l.IDFormat = limiter.IDFormat(v)
 	}
 	if v, ok := o.String("kind"); ok {
+		// Validate reads an empty kind as the default; given, it is wrong.
+		if v == "" {
+			b.Errs.Add("kind", "must be rate or concurrency; leave it out for rate")
+		}
 		l.Kind = limiter.Kind(v)
 	}
 	calendar, calendared := o.String("calendar")
