@@ -145,6 +145,7 @@ func (p givenParams) resolve(l limiter.Limit, unlimited bool, old *limiter.Param
 			out.Period = old.Period
 		}
 	}
+	// Which parameters the override has: given, or taken from another.
 	burst, count, period := p.burst, p.count, p.period
 	switch {
 	case l.Quota():

@@ -18,9 +18,9 @@ import (
 //
 // Limits are upserted by name as PutLimit does: an existing limit keeps its
 // enum, and a different enum given is a conflict, as is a change of kind;
-// a quota whose calendar or zone changes gets a new generation. Override bucket ids are
-// canonicalised by the id formats the limits have after the limits are
-// written. Overrides are upserted by limit and bucket id: an existing one
+// a quota whose calendar or zone changes gets a new generation. Override
+// bucket ids are canonicalised by the id formats the limits have after the
+// limits are written. Overrides are upserted by limit and bucket id: an existing one
 // takes the burst, count, period, unlimited and comment given and keeps its
 // enabled and expires_at; a new one is created enabled and without expiry.
 // Entries that would not change are counted Unchanged and not written. An

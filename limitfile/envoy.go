@@ -134,10 +134,10 @@ type envoyReader struct {
 // that bucket. share_threshold shares the values of a wildcard entry.
 // metadata.ratelimitd carries what the format cannot hold (id_format,
 // burst, description, comment, and a calendar quota's calendar and
-// time_zone, whose unit must be the calendar), as ExportEnvoy writes it. The rules of
-// the domain that the file does not name are deleted. What ratelimitd
-// cannot express with the same meaning is an error naming the line: units
-// it does not know.
+// time_zone, whose unit must be the calendar), as ExportEnvoy writes it.
+// The rules of the domain that the file does not name are deleted. What
+// ratelimitd cannot express with the same meaning is an error naming the
+// line: units it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	switch {
@@ -744,10 +744,9 @@ func (n *envoyNode) child(e limiter.DescriptorEntry) *envoyNode {
 // quota is written with its calendar as the unit, which the peer reads as
 // a fixed window aligned to UTC, and its calendar and time zone in
 // ratelimitd's metadata. What the format cannot say is written as a
-// comment: a burst other than the
-// count (Envoy's format has none, and an import sets the burst to
-// requests_per_unit), a period that is not a whole number of seconds, a
-// bucket id that is no value of the rule.
+// comment: a burst other than the count (Envoy's format has none, and an
+// import sets the burst to requests_per_unit), a period that is not a
+// whole number of seconds, a bucket id that is no value of the rule.
 func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, error) {
 	rules, err := st.ListRules(ctx, domain)
 	if err != nil {

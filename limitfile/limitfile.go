@@ -169,9 +169,10 @@ func boulderProblem(l limiter.Limit) string {
 // over limits configured here. Overrides name existing limits only; an
 // override that exists keeps its enabled flag and expiry (see
 // db.DB.Import). An entry, of either kind of document, that names a
-// concurrency limit or a calendar quota is bad (see boulderProblem). A key without a value is as if it were not there, and an
-// empty document writes nothing. YAML aliases are refused: they would let a
-// small document stand for millions of overrides, and no export has them.
+// concurrency limit or a calendar quota is bad (see boulderProblem). A key
+// without a value is as if it were not there, and an empty document writes
+// nothing. YAML aliases are refused: they would let a small document stand
+// for millions of overrides, and no export has them.
 //
 // The checks read st before the write, so a limit changed in between can
 // still make st.Import fail with a conflict; it then writes nothing either.
