@@ -91,7 +91,8 @@ func TestBadInput(t *testing.T) {
 				[]string{"burst", "count"}},
 			{"negative numbers", `{"limit": "PerAccount", "bucket_id": "-2", "burst": -1, "count": -1, "period": "-1s"}`, 422,
 				[]string{"bucket_id", "burst", "count", "period"}},
-			{"missing", `{}`, 422, []string{"limit", "bucket_id", "burst", "count", "period"}},
+			// Which parameters an override needs depends on its limit.
+			{"missing", `{}`, 422, []string{"limit", "bucket_id"}},
 			{"missing parameters", `{"limit": "PerAccount", "bucket_id": "2"}`, 422, []string{"burst", "count", "period"}},
 			{"parameters of unlimited", `{"limit": "PerAccount", "bucket_id": "2", "unlimited": true, "burst": 1}`, 422, []string{"burst"}},
 			{"empty strings", `{"limit": "", "bucket_id": "", "period": "", "unlimited": false, "burst": 1, "count": 1}`, 422,

@@ -57,9 +57,9 @@ func FuzzAdminDecoder(f *testing.F) {
 		switch kind % 5 {
 		case 0:
 			l := limitFromBody(b, "L")
-			texts = []string{l.Name, l.Description}
+			texts = []string{l.Name, l.Description, l.TimeZone}
 		case 1:
-			o := overrideFromBody(b, now)
+			o, _ := overrideFromBody(b, now)
 			texts = []string{o.Limit, o.BucketID, o.Comment}
 		case 2:
 			if p := patchFromBody(b, now); p.comment != nil {

@@ -28,11 +28,14 @@ type Limits interface {
 // limitFromBody converts the body of PUT /v1/limits/{name}, for the limit
 // called name (from the path), into a domain limit, adding every field
 // error to the body's. A PUT replaces the limit, so a missing description,
-// unit or shadow means "", requests and false.
+// unit, shadow or kind means "", requests, false and rate. What else is
+// required depends on the sort of limit: a rate limit needs burst, count
+// and period; a calendar quota count (its burst is its count, its time
+// zone UTC unless given, and it has no period); a concurrency limit burst
+// and period (its count is its burst).
 func limitFromBody(b *input.Body, name string) limiter.Limit {
 	o := b.Root()
-	o.Require("id_format", "burst", "count", "period")
-	l := limiter.Limit{Name: name}
+	l := limiter.Limit{Name: name, Kind: limiter.KindRate}
 	// The name may repeat the path's; it is never a rename.
 	if v, ok := o.String("name"); ok && v != name {
 		b.Errs.Add("name", "must be the name in the path, or left out; a limit cannot be renamed")
@@ -47,10 +50,48 @@ func limitFromBody(b *input.Body, name string) limiter.Limit {
 	if v, ok := o.String("id_format"); ok {
 		l.IDFormat = limiter.IDFormat(v)
 	}
-	l.Burst, _ = o.Int("burst")
-	l.Count, _ = o.Int("count")
+	if v, ok := o.String("kind"); ok {
+		// Validate reads an empty kind as the default; given, it is wrong.
+		if v == "" {
+			b.Errs.Add("kind", "must be rate or concurrency; leave it out for rate")
+		}
+		l.Kind = limiter.Kind(v)
+	}
+	calendar, calendared := o.String("calendar")
+	zone, zoned := o.String("time_zone")
+	quota := calendared && l.Kind != limiter.KindConcurrency
+	switch {
+	case calendared && !quota:
+		b.Errs.Add("calendar", "a concurrency limit cannot be a calendar quota")
+	case quota && calendar == "":
+		b.Errs.Add("calendar", "must be hour, day, week, month or year; leave it out for a limit that is no quota")
+	case quota:
+		l.Calendar, l.TimeZone = limiter.Calendar(calendar), "UTC"
+		if zoned {
+			l.TimeZone = zone
+		}
+	case zoned:
+		b.Errs.Add("time_zone", "only a calendar quota has a time zone: give calendar too, or leave time_zone out")
+	}
+	switch {
+	case quota:
+		o.Require("id_format", "count")
+	case l.Kind == limiter.KindConcurrency:
+		o.Require("id_format", "burst", "period")
+	default:
+		o.Require("id_format", "burst", "count", "period")
+	}
+	var burst, count bool
+	l.Burst, burst = o.Int("burst")
+	l.Count, count = o.Int("count")
 	if v, ok := o.String("period"); ok {
 		l.Period = parsePeriod(v, "period", &b.Errs)
+	}
+	switch {
+	case quota && !burst:
+		l.Burst = l.Count
+	case l.Kind == limiter.KindConcurrency && !count:
+		l.Count = l.Burst
 	}
 	l.Description, _ = o.String("description")
 	if v, ok := o.String("unit"); ok {
@@ -74,14 +115,18 @@ func parsePeriod(s, field string, errs *input.Errors) time.Duration {
 	return d
 }
 
-// limitResponse is a limit as the API shows it.
+// limitResponse is a limit as the API shows it. A calendar quota has no
+// period; any other limit no calendar and no time zone.
 type limitResponse struct {
 	Name          string           `json:"name"`
 	Enum          int              `json:"enum"`
 	IDFormat      limiter.IDFormat `json:"id_format"`
+	Kind          limiter.Kind     `json:"kind"`
+	Calendar      *string          `json:"calendar"`
+	TimeZone      *string          `json:"time_zone"`
 	Burst         int64            `json:"burst"`
 	Count         int64            `json:"count"`
-	Period        string           `json:"period"`
+	Period        *string          `json:"period"`
 	Description   string           `json:"description"`
 	Unit          string           `json:"unit"`
 	Shadow        bool             `json:"shadow"`
@@ -92,12 +137,20 @@ type limitResponse struct {
 
 // toLimitResponse converts a stored limit and the number of its overrides.
 func toLimitResponse(l limiter.Limit, overrides int) limitResponse {
-	return limitResponse{
-		Name: l.Name, Enum: l.Enum, IDFormat: l.IDFormat,
-		Burst: l.Burst, Count: l.Count, Period: l.Period.String(),
+	r := limitResponse{
+		Name: l.Name, Enum: l.Enum, IDFormat: l.IDFormat, Kind: l.KindOf(),
+		Burst: l.Burst, Count: l.Count,
 		Description: l.Description, Unit: l.Counts(), Shadow: l.Shadow,
 		CreatedAt: l.CreatedAt.UTC(), UpdatedAt: l.UpdatedAt.UTC(), OverrideCount: overrides,
 	}
+	if l.Quota() {
+		calendar, zone := string(l.Calendar), l.TimeZone
+		r.Calendar, r.TimeZone = &calendar, &zone
+	} else {
+		period := l.Period.String()
+		r.Period = &period
+	}
+	return r
 }
 
 type limitListResponse struct {

@@ -25,19 +25,21 @@ type Overrides interface {
 	// ListOverrides returns a page of the overrides f selects and the
 	// token of the next page, "" after the last.
 	ListOverrides(ctx context.Context, f limiter.OverrideFilter) ([]limiter.Override, string, error)
-	// UpdateOverride calls change with the override as stored, in the
-	// transaction that writes what change leaves; an error from change
-	// rolls it back.
-	UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error)
+	// UpdateOverride calls change with the override and its limit as
+	// stored, in the transaction that writes what change leaves; an error
+	// from change rolls it back.
+	UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override, limiter.Limit) error) (limiter.Override, error)
 	DeleteOverride(ctx context.Context, actor, id string) error
 	OverrideHistory(ctx context.Context, id string) ([]limiter.HistoryEntry, error)
 }
 
 // overrideFromBody converts the body of POST /v1/overrides into a domain
-// override, adding the field errors it can see without the limit to the
-// body's. The bucket id is canonicalised later, under the limit's id
-// format (see db.CreateOverride).
-func overrideFromBody(b *input.Body, now time.Time) limiter.Override {
+// override without its parameters, which it returns as given, adding the
+// field errors it can see without the limit to the body's. The limit's
+// kind tells what the parameters default to (givenParams.resolve); the
+// bucket id is canonicalised later, under the limit's id format (see
+// db.CreateOverride).
+func overrideFromBody(b *input.Body, now time.Time) (limiter.Override, givenParams) {
 	o := b.Root()
 	o.Require("limit", "bucket_id")
 	ov := limiter.Override{Enabled: true}
@@ -55,11 +57,6 @@ func overrideFromBody(b *input.Body, now time.Time) limiter.Override {
 	}
 	ov.Unlimited, _ = o.Bool("unlimited")
 	params := readParams(o, &b.Errs)
-	params.require(ov.Unlimited, false, &b.Errs)
-	ov.Params = params.Params
-	if !ov.Unlimited {
-		b.Errs.Merge(ov.Params.Validate(true))
-	}
 	if v, ok := o.String("comment"); ok {
 		ov.Comment = v
 		checkComment(v, &b.Errs)
@@ -70,7 +67,7 @@ func overrideFromBody(b *input.Body, now time.Time) limiter.Override {
 	if v, ok := readExpiry(o, now, &b.Errs); ok {
 		ov.ExpiresAt = v
 	}
-	return ov
+	return ov, params
 }
 
 // checkLimitName adds an error for field to errs unless name is a limit
@@ -81,7 +78,7 @@ func checkLimitName(name, field string, errs *input.Errors) {
 	}
 }
 
-// givenParams are the GCRA parameters a body gives, and which it gives.
+// givenParams are the parameters a body gives, and which it gives.
 type givenParams struct {
 	limiter.Params
 	burst, count, period bool
@@ -99,26 +96,80 @@ func readParams(o input.Object, errs *input.Errors) givenParams {
 	return p
 }
 
+// checkSigns adds the errors that parameters have whatever their limit's
+// kind, for a body whose limit is unknown: no kind has negative ones.
+func (p givenParams) checkSigns(errs *input.Errors) {
+	if p.burst && p.Burst < 0 {
+		errs.Add("burst", "must be at least 0")
+	}
+	if p.count && p.Count < 0 {
+		errs.Add("count", "must be at least 0")
+	}
+	if p.period && p.Period < 0 {
+		errs.Add("period", "must not be negative")
+	}
+}
+
 // any reports whether any parameter is given.
 func (p givenParams) any() bool { return p.burst || p.count || p.period }
 
-// require checks which parameters are given. An unlimited override keeps
-// none, so giving one with it is an error rather than silently dropped; a
-// limited override needs all three, except in a patch of one that was
-// limited before (keep), whose missing parameters keep their values.
-func (p givenParams) require(unlimited, keep bool, errs *input.Errors) {
-	fields := []struct {
-		name  string
-		given bool
-	}{{"burst", p.burst}, {"count", p.count}, {"period", p.period}}
-	for _, f := range fields {
-		switch {
-		case unlimited && f.given:
-			errs.Add(f.name, "must be left out when unlimited is true")
-		case !unlimited && !f.given && !keep:
-			errs.Add(f.name, "is required unless unlimited is true")
+// resolve returns the parameters of an override of limit l: those given,
+// the others kept from old (the parameters of a limited override that a
+// patch changes; nil otherwise) or, as l's kind says, taken from the
+// others: a calendar quota's burst is its count, a concurrency limit's
+// count its burst. An unlimited override keeps none, so giving one with it
+// is an error rather than silently dropped. It adds the field errors of
+// what is missing or given wrongly, and of the result
+// (Limit.ParamsProblems, which also refuses a quota's period).
+func (p givenParams) resolve(l limiter.Limit, unlimited bool, old *limiter.Params, errs *input.Errors) limiter.Params {
+	if unlimited {
+		for _, f := range []struct {
+			name  string
+			given bool
+		}{{"burst", p.burst}, {"count", p.count}, {"period", p.period}} {
+			if f.given {
+				errs.Add(f.name, "must be left out when unlimited is true")
+			}
+		}
+		return limiter.Params{}
+	}
+	out := p.Params
+	if old != nil {
+		if !p.burst {
+			out.Burst = old.Burst
+		}
+		if !p.count {
+			out.Count = old.Count
+		}
+		if !p.period {
+			out.Period = old.Period
 		}
 	}
+	// Which parameters the override has: given, or taken from another.
+	burst, count, period := p.burst, p.count, p.period
+	switch {
+	case l.Quota():
+		if !p.burst {
+			out.Burst, burst = out.Count, true
+		}
+		period = true // must be absent, which ParamsProblems says
+	case l.KindOf() == limiter.KindConcurrency:
+		if !p.count {
+			out.Count, count = out.Burst, true
+		}
+	}
+	if old == nil {
+		for _, f := range []struct {
+			name  string
+			given bool
+		}{{"burst", burst}, {"count", count}, {"period", period}} {
+			if !f.given {
+				errs.Add(f.name, "is required unless unlimited is true")
+			}
+		}
+	}
+	errs.Merge(l.ParamsProblems(out, true))
+	return out
 }
 
 // checkComment bounds a comment by the domain's rule, which nobody checks
@@ -186,32 +237,23 @@ func patchFromBody(b *input.Body, now time.Time) *overridePatch {
 	return p
 }
 
-// apply changes o, the override as stored, and validates the result. It
-// returns every field error at once, the patch's own included, so that the
-// transaction rolls back with one 422.
-func (p *overridePatch) apply(o *limiter.Override) error {
+// apply changes o, the override as stored, by the kind of l, its limit as
+// stored, and validates the result. It returns every field error at once,
+// the patch's own included, so that the transaction rolls back with one
+// 422.
+func (p *overridePatch) apply(o *limiter.Override, l limiter.Limit) error {
 	// A copy, so that apply leaves the patch as it found it.
 	errs := p.errs.Clone()
-	wasLimited := !o.Unlimited
+	// Ending an unlimited override needs its parameters anew: it kept none.
+	var old *limiter.Params
+	if !o.Unlimited {
+		prev := o.Params
+		old = &prev
+	}
 	if p.unlimited != nil {
 		o.Unlimited = *p.unlimited
 	}
-	// Ending an unlimited override needs its parameters anew: it kept none.
-	p.params.require(o.Unlimited, wasLimited, &errs)
-	if p.params.burst {
-		o.Burst = p.params.Burst
-	}
-	if p.params.count {
-		o.Count = p.params.Count
-	}
-	if p.params.period {
-		o.Period = p.params.Period
-	}
-	if o.Unlimited {
-		o.Params = limiter.Params{}
-	} else {
-		errs.Merge(o.Params.Validate(true))
-	}
+	o.Params = p.params.resolve(l, o.Unlimited, old, &errs)
 	if p.comment != nil {
 		o.Comment = *p.comment
 	}
@@ -225,7 +267,8 @@ func (p *overridePatch) apply(o *limiter.Override) error {
 }
 
 // overrideResponse is an override as the API shows it. An unlimited
-// override has no parameters.
+// override has no parameters, and an override of a calendar quota no
+// period.
 type overrideResponse struct {
 	ID        string     `json:"id"`
 	Limit     string     `json:"limit"`
@@ -251,8 +294,12 @@ func toOverrideResponse(o limiter.Override) *overrideResponse {
 		UpdatedBy: o.UpdatedBy, Version: o.Version,
 	}
 	if !o.Unlimited {
+		r.Burst, r.Count = &o.Burst, &o.Count
+	}
+	// A calendar quota's override has no period.
+	if !o.Unlimited && o.Period != 0 {
 		period := o.Period.String()
-		r.Burst, r.Count, r.Period = &o.Burst, &o.Count, &period
+		r.Period = &period
 	}
 	if !o.ExpiresAt.IsZero() {
 		t := o.ExpiresAt.UTC()
@@ -304,26 +351,36 @@ func writeOverride(c echo.Context, status int, o limiter.Override) error {
 }
 
 // createOverride stores an override; the database canonicalises its bucket
-// id under the write lock (see db.CreateOverride). A duplicate is the unique
-// constraint's 409.
+// id and checks its parameters under the write lock (see
+// db.CreateOverride). A duplicate is the unique constraint's 409.
 func (s *Server) createOverride(c echo.Context) error {
 	b, err := readObject(c)
 	if err != nil {
 		return err
 	}
-	o := overrideFromBody(b, s.now())
+	o, params := overrideFromBody(b, s.now())
 	if err := b.Shape(); err != nil {
 		return err
 	}
+	ctx := c.Request().Context()
+	// The limit is read for the defaults of its kind and to report every
+	// error at once; the write reads it again.
+	l, ok, err := s.overrideLimit(ctx, o.Limit, &b.Errs)
+	if err != nil {
+		return err
+	}
+	if ok {
+		o.Params = params.resolve(l, o.Unlimited, nil, &b.Errs)
+	} else {
+		params.checkSigns(&b.Errs)
+	}
 	if !b.Errs.Empty() {
-		// Nothing is written: the limit is read only to report the bucket
-		// id's errors together with the others.
-		if err := s.canonicalise(c.Request().Context(), &o, &b.Errs); err != nil {
-			return err
+		if ok {
+			b.Errs.Merge(bucketid.NormalizeOverride(&o, l))
 		}
 		return b.Errs.Err()
 	}
-	o, err = s.cfg.Overrides.CreateOverride(c.Request().Context(), principal(c).Name, o)
+	o, err = s.cfg.Overrides.CreateOverride(ctx, principal(c).Name, o)
 	if err != nil {
 		return err
 	}
@@ -332,23 +389,21 @@ func (s *Server) createOverride(c echo.Context) error {
 	return writeOverride(c, http.StatusCreated, o)
 }
 
-// canonicalise reads the limit of o and canonicalises o's bucket id by its
-// id format, adding the field errors to errs. It serves error reports only:
-// the write canonicalises again under the lock.
-func (s *Server) canonicalise(ctx context.Context, o *limiter.Override, errs *input.Errors) error {
-	if errs.Has("limit") || o.Limit == "" {
-		return nil
+// overrideLimit reads the limit called name for an override, reporting
+// false, with an error in errs, when there is none.
+func (s *Server) overrideLimit(ctx context.Context, name string, errs *input.Errors) (limiter.Limit, bool, error) {
+	if errs.Has("limit") || name == "" {
+		return limiter.Limit{}, false, nil
 	}
-	l, err := s.cfg.Limits.GetLimit(ctx, o.Limit)
+	l, err := s.cfg.Limits.GetLimit(ctx, name)
 	if errors.Is(err, limiter.ErrLimitNotFound) {
 		errs.Add("limit", "unknown limit")
-		return nil
+		return limiter.Limit{}, false, nil
 	}
 	if err != nil {
-		return err
+		return limiter.Limit{}, false, err
 	}
-	errs.Merge(bucketid.NormalizeOverride(o, l))
-	return nil
+	return l, true, nil
 }
 
 func (s *Server) getOverride(c echo.Context) error {
@@ -378,11 +433,11 @@ func (s *Server) patchOverride(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	o, err := s.cfg.Overrides.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override) error {
+	o, err := s.cfg.Overrides.UpdateOverride(c.Request().Context(), principal(c).Name, id, func(o *limiter.Override, l limiter.Limit) error {
 		if !match(o.Version) {
 			return problem.Errorf(http.StatusPreconditionFailed, "override %q is at version %d, which If-Match does not name", id, o.Version)
 		}
-		return p.apply(o)
+		return p.apply(o, l)
 	})
 	if err != nil {
 		return err

@@ -18,6 +18,33 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for Calendar.
+const (
+	CalendarDay   Calendar = "day"
+	CalendarHour  Calendar = "hour"
+	CalendarMonth Calendar = "month"
+	CalendarWeek  Calendar = "week"
+	CalendarYear  Calendar = "year"
+)
+
+// Valid indicates whether the value is a known member of the Calendar enum.
+func (e Calendar) Valid() bool {
+	switch e {
+	case CalendarDay:
+		return true
+	case CalendarHour:
+		return true
+	case CalendarMonth:
+		return true
+	case CalendarWeek:
+		return true
+	case CalendarYear:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DecisionReason.
 const (
 	DecisionReasonBlocked          DecisionReason = "blocked"
@@ -135,6 +162,24 @@ func (e IDFormat) Valid() bool {
 	case IDFormatRegIDFqdnSet:
 		return true
 	case IDFormatString:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LimitKind.
+const (
+	LimitKindConcurrency LimitKind = "concurrency"
+	LimitKindRate        LimitKind = "rate"
+)
+
+// Valid indicates whether the value is a known member of the LimitKind enum.
+func (e LimitKind) Valid() bool {
+	switch e {
+	case LimitKindConcurrency:
+		return true
+	case LimitKindRate:
 		return true
 	default:
 		return false
@@ -296,6 +341,12 @@ type BucketRequest struct {
 	Cost  *int64    `json:"cost,omitempty"`
 	Limit LimitName `json:"limit"`
 }
+
+// Calendar The window of a calendar quota: each starts at the boundary in the
+// quota's `time_zone` (the hour, midnight, Monday 00:00, the 1st,
+// 1 January), so a day across a daylight-saving change lasts 23 or 25
+// hours.
+type Calendar string
 
 // Decision defines model for Decision.
 type Decision struct {
@@ -515,7 +566,13 @@ type LeaseBucket struct {
 
 // Limit defines model for Limit.
 type Limit struct {
-	Burst       int64     `json:"burst"`
+	// Burst The most tokens a bucket admits at once; for a concurrency limit the most units it holds at once; for a calendar quota equal to `count`.
+	Burst int64 `json:"burst"`
+
+	// Calendar The window of a calendar quota; null for any other limit.
+	Calendar *Calendar `json:"calendar"`
+
+	// Count Tokens per period; for a calendar quota the units of each window; for a concurrency limit equal to `burst`.
 	Count       int64     `json:"count"`
 	CreatedAt   time.Time `json:"created_at"`
 	Description string    `json:"description"`
@@ -536,26 +593,35 @@ type Limit struct {
 	// overrides of FailedAuthorizationsPerDomainPerAccount do. string:
 	// 1-256 bytes of UTF-8 without control characters (stored as a hash in
 	// the store's keys).
-	IDFormat IDFormat  `json:"id_format"`
-	Name     LimitName `json:"name"`
+	IDFormat IDFormat `json:"id_format"`
+
+	// Kind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
+	// each bucket holds at most `burst` units at once, acquired as leases
+	// (`POST /v1/acquire`) that live at most `period` without renewal.
+	// Fixed at creation.
+	Kind LimitKind `json:"kind"`
+	Name LimitName `json:"name"`
 
 	// OverrideCount How many overrides the limit has, enabled or not.
 	OverrideCount int `json:"override_count"`
 
-	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
-	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
-	// give the canonical form ("3h0m0s"). The value's range (above 0, and
-	// what the limit allows) is checked by the service, with a 422.
-	//
-	//
-	// Example: 3h0m0s
-	Period Period `json:"period"`
-	Shadow bool   `json:"shadow"`
+	// Period For a concurrency limit the longest a lease lives without renewal. Null for a calendar quota, whose window is the calendar's (a decision's `period` is the current window's length).
+	Period *Period `json:"period"`
+	Shadow bool    `json:"shadow"`
+
+	// TimeZone The IANA zone of a calendar quota's windows; null for any other limit.
+	TimeZone *TimeZone `json:"time_zone"`
 
 	// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
 	Unit      Unit      `json:"unit"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// LimitKind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
+// each bucket holds at most `burst` units at once, acquired as leases
+// (`POST /v1/acquire`) that live at most `period` without renewal.
+// Fixed at creation.
+type LimitKind string
 
 // LimitList defines model for LimitList.
 type LimitList struct {
@@ -565,10 +631,31 @@ type LimitList struct {
 // LimitName defines model for LimitName.
 type LimitName = string
 
-// LimitPut `burst` >= 1, `count` >= 1, `period` > 0, period/count at least 1µs and burst·period/count below 100 years.
+// LimitPut What else is required depends on the sort of limit:
+//
+//   - a rate limit (`kind` left out or `rate`, no `calendar`): `burst`
+//     >= 1, `count` >= 1, `period` > 0, period/count at least 1µs and
+//     burst·period/count below 100 years;
+//   - a calendar quota (`calendar` given): `count`, the units of each
+//     window, at most about half the shortest window in microseconds
+//     (e.g. 900000000 an hour); `burst` left out is `count`, and another
+//     value is 422; `period` must be left out (422): the window is the
+//     calendar's; `time_zone` left out is `UTC`;
+//   - a concurrency limit (`kind: concurrency`): `burst`, the most units
+//     a bucket holds at once; `period`, 1s to 24h, the longest a lease
+//     lives without renewal; `count` left out is `burst`, and another
+//     value is 422. A `calendar` on it is 422.
+//
+// A `time_zone` without `calendar` is 422, and so is an empty one.
 type LimitPut struct {
-	Burst int64 `json:"burst"`
-	Count int64 `json:"count"`
+	Burst *int64 `json:"burst,omitempty"`
+
+	// Calendar The window of a calendar quota: each starts at the boundary in the
+	// quota's `time_zone` (the hour, midnight, Monday 00:00, the 1st,
+	// 1 January), so a day across a daylight-saving change lasts 23 or 25
+	// hours.
+	Calendar *Calendar `json:"calendar,omitempty"`
+	Count    *int64    `json:"count,omitempty"`
 
 	// Description At most 1000 bytes of UTF-8.
 	Description *string `json:"description,omitempty"`
@@ -589,8 +676,14 @@ type LimitPut struct {
 	// overrides of FailedAuthorizationsPerDomainPerAccount do. string:
 	// 1-256 bytes of UTF-8 without control characters (stored as a hash in
 	// the store's keys).
-	IDFormat IDFormat   `json:"id_format"`
-	Name     *LimitName `json:"name,omitempty"`
+	IDFormat IDFormat `json:"id_format"`
+
+	// Kind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
+	// each bucket holds at most `burst` units at once, acquired as leases
+	// (`POST /v1/acquire`) that live at most `period` without renewal.
+	// Fixed at creation.
+	Kind *LimitKind `json:"kind,omitempty"`
+	Name *LimitName `json:"name,omitempty"`
 
 	// Period A Go duration ("1s", "180m", "168h", "1h30m", "1.5s"), without sign:
 	// numbers, each with a unit of ns, us (or µs), ms, s, m or h. Answers
@@ -599,10 +692,17 @@ type LimitPut struct {
 	//
 	//
 	// Example: 3h0m0s
-	Period Period `json:"period"`
+	Period *Period `json:"period,omitempty"`
 
 	// Shadow Decisions are computed, counted and reported with `shadow`, but never deny.
 	Shadow *bool `json:"shadow,omitempty"`
+
+	// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
+	// paths and names the zone database does not know are 422.
+	//
+	//
+	// Example: Europe/Paris
+	TimeZone *TimeZone `json:"time_zone,omitempty"`
 
 	// Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
 	Unit *Unit `json:"unit,omitempty"`
@@ -622,8 +722,10 @@ type Override struct {
 	ExpiresAt *time.Time `json:"expires_at"`
 
 	// ID Opaque.
-	ID        string    `json:"id"`
-	Limit     LimitName `json:"limit"`
+	ID    string    `json:"id"`
+	Limit LimitName `json:"limit"`
+
+	// Period Null when the override is unlimited, and for an override of a calendar quota, which has no period.
 	Period    *Period   `json:"period"`
 	Unlimited bool      `json:"unlimited"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -635,9 +737,21 @@ type Override struct {
 	Version int64 `json:"version"`
 }
 
-// OverrideCreate `burst`, `count` and `period` are required unless `unlimited` is true, and
-// must be left out when it is: an unlimited override keeps no parameters.
-// `burst: 0` blocks the bucket. A `limit` that does not exist is 422.
+// OverrideCreate An unlimited override keeps no parameters: with `unlimited: true`,
+// `burst`, `count` and `period` must be left out. Otherwise they are as the
+// limit's sort says:
+//
+//   - a rate limit: `burst`, `count` and `period` are required, as for the
+//     limit; `burst: 0` blocks the bucket;
+//   - a calendar quota: `count` is required, the units of each window
+//     (`count: 0` blocks the bucket); `burst` left out is `count`, and
+//     another value is 422; `period` must be left out (422);
+//   - a concurrency limit: `burst` and `period` (1s to 24h) are required;
+//     `count` left out is `burst`, and another value is 422; `burst: 0`
+//     blocks the bucket.
+//
+// A `limit` that does not exist is 422, and then which parameters are
+// missing is not said.
 type OverrideCreate struct {
 	// BucketID In any notation of the limit's id format; stored canonical.
 	BucketID string `json:"bucket_id"`
@@ -645,7 +759,9 @@ type OverrideCreate struct {
 
 	// Comment At most 1000 bytes of UTF-8.
 	Comment *string `json:"comment,omitempty"`
-	Count   *int64  `json:"count,omitempty"`
+
+	// Count At least 1 but for a calendar quota's blocked bucket.
+	Count *int64 `json:"count,omitempty"`
 
 	// Enabled Left out, true.
 	Enabled *bool `json:"enabled,omitempty"`
@@ -674,7 +790,11 @@ type OverrideList struct {
 	Overrides     []Override `json:"overrides"`
 }
 
-// OverridePatch defines model for OverridePatch.
+// OverridePatch The parameters left out keep their values, with the rules of the
+// limit's sort (see OverrideCreate): for a calendar quota a `burst` left
+// out is the (new) `count`, for a concurrency limit a `count` left out
+// is the (new) `burst`. Ending `unlimited` needs every parameter the
+// limit's sort requires, as on creation: an unlimited override kept none.
 type OverridePatch struct {
 	Burst *int64 `json:"burst,omitempty"`
 
@@ -917,6 +1037,12 @@ type StatusFailMode string
 
 // StatusStore defines model for Status.Store.
 type StatusStore string
+
+// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
+// paths and names the zone database does not know are 422.
+//
+// Example: Europe/Paris
+type TimeZone = string
 
 // Token defines model for Token.
 type Token struct {
@@ -1356,10 +1482,19 @@ type ClientInterface interface {
 	// again starts with full buckets. The enum never changes: a different
 	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
-	// PUT replaces the limit: a `description` or `shadow` left out becomes
-	// `""` or `false`. A `name` in the body must be the path's (a limit is
-	// never renamed), and a path name that is not a limit name is 422
-	// naming `name`.
+	// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+	// becomes `""`, `false` or `rate`. A `name` in the body must be the
+	// path's (a limit is never renamed), and a path name that is not a
+	// limit name is 422 naming `name`.
+	//
+	// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+	// fixed at creation (another is 409), and a rate limit never becomes a
+	// calendar quota, nor a quota a rate limit (409): their stored bucket
+	// states mean different things. A quota's `calendar` and `time_zone`
+	// may change; the limit then gets new bucket keys, so that its usage
+	// starts again in the new windows (every bucket full). Such a change
+	// is 422 naming `calendar` while an override of the limit has a
+	// `count` above what the new calendar allows, and writes nothing.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1380,10 +1515,19 @@ type ClientInterface interface {
 	// again starts with full buckets. The enum never changes: a different
 	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
-	// PUT replaces the limit: a `description` or `shadow` left out becomes
-	// `""` or `false`. A `name` in the body must be the path's (a limit is
-	// never renamed), and a path name that is not a limit name is 422
-	// naming `name`.
+	// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+	// becomes `""`, `false` or `rate`. A `name` in the body must be the
+	// path's (a limit is never renamed), and a path name that is not a
+	// limit name is 422 naming `name`.
+	//
+	// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+	// fixed at creation (another is 409), and a rate limit never becomes a
+	// calendar quota, nor a quota a rate limit (409): their stored bucket
+	// states mean different things. A quota's `calendar` and `time_zone`
+	// may change; the limit then gets new bucket keys, so that its usage
+	// starts again in the new windows (every bucket full). Such a change
+	// is 422 naming `calendar` while an override of the limit has a
+	// `count` above what the new calendar allows, and writes nothing.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2110,10 +2254,19 @@ func (c *Client) GetLimit(ctx context.Context, name LimitName, reqEditors ...Req
 // again starts with full buckets. The enum never changes: a different
 // `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
-// PUT replaces the limit: a `description` or `shadow` left out becomes
-// `""` or `false`. A `name` in the body must be the path's (a limit is
-// never renamed), and a path name that is not a limit name is 422
-// naming `name`.
+// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+// becomes `""`, `false` or `rate`. A `name` in the body must be the
+// path's (a limit is never renamed), and a path name that is not a
+// limit name is 422 naming `name`.
+//
+// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+// fixed at creation (another is 409), and a rate limit never becomes a
+// calendar quota, nor a quota a rate limit (409): their stored bucket
+// states mean different things. A quota's `calendar` and `time_zone`
+// may change; the limit then gets new bucket keys, so that its usage
+// starts again in the new windows (every bucket full). Such a change
+// is 422 naming `calendar` while an override of the limit has a
+// `count` above what the new calendar allows, and writes nothing.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2144,10 +2297,19 @@ func (c *Client) PutLimitWithBody(ctx context.Context, name LimitName, contentTy
 // again starts with full buckets. The enum never changes: a different
 // `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
-// PUT replaces the limit: a `description` or `shadow` left out becomes
-// `""` or `false`. A `name` in the body must be the path's (a limit is
-// never renamed), and a path name that is not a limit name is 422
-// naming `name`.
+// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+// becomes `""`, `false` or `rate`. A `name` in the body must be the
+// path's (a limit is never renamed), and a path name that is not a
+// limit name is 422 naming `name`.
+//
+// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+// fixed at creation (another is 409), and a rate limit never becomes a
+// calendar quota, nor a quota a rate limit (409): their stored bucket
+// states mean different things. A quota's `calendar` and `time_zone`
+// may change; the limit then gets new bucket keys, so that its usage
+// starts again in the new windows (every bucket full). Such a change
+// is 422 naming `calendar` while an override of the limit has a
+// `count` above what the new calendar allows, and writes nothing.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4672,10 +4834,19 @@ type ClientWithResponsesInterface interface {
 	// again starts with full buckets. The enum never changes: a different
 	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
-	// PUT replaces the limit: a `description` or `shadow` left out becomes
-	// `""` or `false`. A `name` in the body must be the path's (a limit is
-	// never renamed), and a path name that is not a limit name is 422
-	// naming `name`.
+	// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+	// becomes `""`, `false` or `rate`. A `name` in the body must be the
+	// path's (a limit is never renamed), and a path name that is not a
+	// limit name is 422 naming `name`.
+	//
+	// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+	// fixed at creation (another is 409), and a rate limit never becomes a
+	// calendar quota, nor a quota a rate limit (409): their stored bucket
+	// states mean different things. A quota's `calendar` and `time_zone`
+	// may change; the limit then gets new bucket keys, so that its usage
+	// starts again in the new windows (every bucket full). Such a change
+	// is 422 naming `calendar` while an override of the limit has a
+	// `count` above what the new calendar allows, and writes nothing.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4696,10 +4867,19 @@ type ClientWithResponsesInterface interface {
 	// again starts with full buckets. The enum never changes: a different
 	// `enum` on update is 409.
 	// `id_format` cannot change while overrides of the limit exist (409).
-	// PUT replaces the limit: a `description` or `shadow` left out becomes
-	// `""` or `false`. A `name` in the body must be the path's (a limit is
-	// never renamed), and a path name that is not a limit name is 422
-	// naming `name`.
+	// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+	// becomes `""`, `false` or `rate`. A `name` in the body must be the
+	// path's (a limit is never renamed), and a path name that is not a
+	// limit name is 422 naming `name`.
+	//
+	// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+	// fixed at creation (another is 409), and a rate limit never becomes a
+	// calendar quota, nor a quota a rate limit (409): their stored bucket
+	// states mean different things. A quota's `calendar` and `time_zone`
+	// may change; the limit then gets new bucket keys, so that its usage
+	// starts again in the new windows (every bucket full). Such a change
+	// is 422 naming `calendar` while an override of the limit has a
+	// `count` above what the new calendar allows, and writes nothing.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8742,10 +8922,19 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name Lim
 // again starts with full buckets. The enum never changes: a different
 // `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
-// PUT replaces the limit: a `description` or `shadow` left out becomes
-// `""` or `false`. A `name` in the body must be the path's (a limit is
-// never renamed), and a path name that is not a limit name is 422
-// naming `name`.
+// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+// becomes `""`, `false` or `rate`. A `name` in the body must be the
+// path's (a limit is never renamed), and a path name that is not a
+// limit name is 422 naming `name`.
+//
+// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+// fixed at creation (another is 409), and a rate limit never becomes a
+// calendar quota, nor a quota a rate limit (409): their stored bucket
+// states mean different things. A quota's `calendar` and `time_zone`
+// may change; the limit then gets new bucket keys, so that its usage
+// starts again in the new windows (every bucket full). Such a change
+// is 422 naming `calendar` while an override of the limit has a
+// `count` above what the new calendar allows, and writes nothing.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8772,10 +8961,19 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 // again starts with full buckets. The enum never changes: a different
 // `enum` on update is 409.
 // `id_format` cannot change while overrides of the limit exist (409).
-// PUT replaces the limit: a `description` or `shadow` left out becomes
-// `""` or `false`. A `name` in the body must be the path's (a limit is
-// never renamed), and a path name that is not a limit name is 422
-// naming `name`.
+// PUT replaces the limit: a `description`, `shadow` or `kind` left out
+// becomes `""`, `false` or `rate`. A `name` in the body must be the
+// path's (a limit is never renamed), and a path name that is not a
+// limit name is 422 naming `name`.
+//
+// What a limit needs depends on its sort (see LimitPut). Its `kind` is
+// fixed at creation (another is 409), and a rate limit never becomes a
+// calendar quota, nor a quota a rate limit (409): their stored bucket
+// states mean different things. A quota's `calendar` and `time_zone`
+// may change; the limit then gets new bucket keys, so that its usage
+// starts again in the new windows (every bucket full). Such a change
+// is 422 naming `calendar` while an override of the limit has a
+// `count` above what the new calendar allows, and writes nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -68,7 +68,8 @@ func jsonDoc(v any) (sql.NullString, error) {
 
 // overrideDoc is an override in audit entries, in the shape of the REST
 // API's override so that history reads like the API. Burst, count and
-// period are null when the override is unlimited, as in the table.
+// period are null when the override is unlimited, as in the table, and
+// period is null too for an override of a calendar quota, which has none.
 type overrideDoc struct {
 	ID        string     `json:"id"`
 	Limit     string     `json:"limit"`
@@ -92,8 +93,11 @@ func toOverrideDoc(o limiter.Override) *overrideDoc {
 		Enabled: o.Enabled, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, UpdatedBy: o.UpdatedBy, Version: o.Version,
 	}
 	if !o.Unlimited {
+		d.Burst, d.Count = &o.Burst, &o.Count
+	}
+	if !o.Unlimited && o.Period != 0 {
 		period := o.Period.String()
-		d.Burst, d.Count, d.Period = &o.Burst, &o.Count, &period
+		d.Period = &period
 	}
 	if !o.ExpiresAt.IsZero() {
 		d.ExpiresAt = &o.ExpiresAt
@@ -125,14 +129,21 @@ func (d *overrideDoc) override() (*limiter.Override, error) {
 	return o, nil
 }
 
-// limitDoc is a limit in audit entries, in the shape of the REST API's.
+// limitDoc is a limit in audit entries, in the shape of the REST API's,
+// with the generation, which says when its buckets got new keys. Period
+// is null for a calendar quota, calendar and time_zone for any other
+// limit.
 type limitDoc struct {
 	Name        string    `json:"name"`
 	Enum        int       `json:"enum"`
+	Generation  int       `json:"generation"`
 	IDFormat    string    `json:"id_format"`
+	Kind        string    `json:"kind"`
+	Calendar    *string   `json:"calendar"`
+	TimeZone    *string   `json:"time_zone"`
 	Burst       int64     `json:"burst"`
 	Count       int64     `json:"count"`
-	Period      string    `json:"period"`
+	Period      *string   `json:"period"`
 	Description string    `json:"description"`
 	Unit        string    `json:"unit"`
 	Shadow      bool      `json:"shadow"`
@@ -141,10 +152,19 @@ type limitDoc struct {
 }
 
 func toLimitDoc(l limiter.Limit) *limitDoc {
-	return &limitDoc{
-		Name: l.Name, Enum: l.Enum, IDFormat: string(l.IDFormat), Burst: l.Burst, Count: l.Count,
-		Period: l.Period.String(), Description: l.Description, Unit: l.Unit, Shadow: l.Shadow, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
+	d := &limitDoc{
+		Name: l.Name, Enum: l.Enum, Generation: l.Generation, IDFormat: string(l.IDFormat), Kind: string(l.KindOf()),
+		Burst: l.Burst, Count: l.Count, Description: l.Description, Unit: l.Unit, Shadow: l.Shadow,
+		CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt,
 	}
+	if l.Quota() {
+		calendar, zone := string(l.Calendar), l.TimeZone
+		d.Calendar, d.TimeZone = &calendar, &zone
+	} else {
+		period := l.Period.String()
+		d.Period = &period
+	}
+	return d
 }
 
 // tokenDoc is a token in audit entries: never its hash, which would let

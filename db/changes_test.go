@@ -96,7 +96,7 @@ func TestSince(t *testing.T) {
 
 		o := e.createOverride(t, overrideOf("L", "1"))
 		next("create override", limiter.Changes{Overrides: []limiter.Override{o}})
-		o, err := e.db.UpdateOverride(ctx, "bob", o.ID, func(n *limiter.Override) error { n.Enabled = false; return nil })
+		o, err := e.db.UpdateOverride(ctx, "bob", o.ID, func(n *limiter.Override, _ limiter.Limit) error { n.Enabled = false; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestSinceRecreatedOverride(t *testing.T) {
 		again := overrideOf("L", "5")
 		again.Burst = 3
 		again = e.createOverride(t, again)
-		again, err := e.db.UpdateOverride(ctx, "bob", again.ID, func(n *limiter.Override) error { n.Burst = 4; return nil })
+		again, err := e.db.UpdateOverride(ctx, "bob", again.ID, func(n *limiter.Override, _ limiter.Limit) error { n.Burst = 4; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,7 +71,7 @@ func ctxT(t *testing.T) context.Context { return t.Context() }
 
 func limitOf(name string, f limiter.IDFormat) limiter.Limit {
 	return limiter.Limit{
-		Name: name, IDFormat: f,
+		Name: name, IDFormat: f, Kind: limiter.KindRate,
 		Params:      limiter.Params{Burst: 10, Count: 5, Period: time.Hour},
 		Description: "test limit " + name,
 		Unit:        limiter.DefaultUnit,

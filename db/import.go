@@ -17,9 +17,10 @@ import (
 // With dryRun it writes nothing and still returns the counts.
 //
 // Limits are upserted by name as PutLimit does: an existing limit keeps its
-// enum, and a different enum given is a conflict. Override bucket ids are
-// canonicalised by the id formats the limits have after the limits are
-// written. Overrides are upserted by limit and bucket id: an existing one
+// enum, and a different enum given is a conflict, as is a change of kind;
+// a quota whose calendar or zone changes gets a new generation. Override
+// bucket ids are canonicalised by the id formats the limits have after the
+// limits are written. Overrides are upserted by limit and bucket id: an existing one
 // takes the burst, count, period, unlimited and comment given and keeps its
 // enabled and expires_at; a new one is created enabled and without expiry.
 // Entries that would not change are counted Unchanged and not written. An
@@ -170,7 +171,7 @@ func (d *DB) planImport(ctx context.Context, q queryer, now time.Time, in import
 func (d *DB) planLimits(ctx context.Context, q queryer, p *importPlan, in []limiter.Limit, limits map[string]limiter.Limit, enums map[int]*enumRow) error {
 	next := limiter.FirstAssignedEnum
 	for _, l := range in {
-		l.Unit = l.Counts()
+		l = storedLimit(l)
 		old, ok := limits[l.Name]
 		if ok {
 			if l.Enum != 0 && l.Enum != old.Enum {
@@ -180,6 +181,21 @@ func (d *DB) planLimits(ctx context.Context, q queryer, p *importPlan, in []limi
 			if l == old {
 				count(&p.counts, unchanged)
 				continue
+			}
+			renew, err := limitChange(old, l)
+			if err != nil {
+				return err
+			}
+			if renew {
+				// Rare: one read of the limit's overrides per quota whose
+				// calendar or zone changes.
+				if err := overridesFit(ctx, d, q, l); err != nil {
+					return err
+				}
+				row := enums[l.Enum]
+				row.generation++
+				p.enums = append(p.enums, enumWrite{enum: l.Enum, name: l.Name, generation: row.generation, exists: true})
+				l.Generation = row.generation
 			}
 			if l.IDFormat != old.IDFormat {
 				// Rare: one look-up per limit whose format changes.
@@ -314,7 +330,8 @@ type overrideWrite struct {
 // planOverrides canonicalises the bucket ids of the overrides by the id
 // formats their limits will have, and upserts them against the stored
 // overrides of those limits, read in a few statements. An unknown limit is
-// limiter.ErrUnknownLimit; an id the format refuses, limiter.ErrIDRefused.
+// limiter.ErrUnknownLimit; an id the format refuses, limiter.ErrIDRefused;
+// parameters that do not fit the limit's kind, limiter.ErrParamsRefused.
 func (d *DB) planOverrides(ctx context.Context, q queryer, p *importPlan, in importInput, limits map[string]limiter.Limit) error {
 	var names []string
 	seenLimit := map[string]bool{}
@@ -353,6 +370,9 @@ func (d *DB) planOverrides(ctx context.Context, q queryer, p *importPlan, in imp
 		id, err := bucketid.CanonicalOverride(l.IDFormat, o.BucketID)
 		if err != nil {
 			return fmt.Errorf("override of limit %q for bucket %q, id format %s: %w", o.Limit, o.BucketID, l.IDFormat, limiter.ErrIDRefused)
+		}
+		if !o.Unlimited && len(l.ParamsProblems(o.Params, true)) > 0 {
+			return fmt.Errorf("override of limit %q for bucket %q: %w", o.Limit, o.BucketID, limiter.ErrParamsRefused)
 		}
 		o.BucketID = id
 		k := bucketKey{o.Limit, o.BucketID}
@@ -408,7 +428,7 @@ func (w *writeTx) applyImport(ctx context.Context, p importPlan) error {
 	rows = rows[:0]
 	for _, lw := range p.limits {
 		l := lw.after
-		rows = append(rows, []any{l.Name, l.Enum, l.Generation, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, l.CreatedAt, l.UpdatedAt})
+		rows = append(rows, limitArgs(l))
 		e := auditEntry{entity: entityLimit, entityID: l.Name, action: limiter.ActionCreate, limitName: l.Name, after: toLimitDoc(l)}
 		if lw.before != nil {
 			e.action, e.before = limiter.ActionUpdate, toLimitDoc(*lw.before)
@@ -416,7 +436,8 @@ func (w *writeTx) applyImport(ctx context.Context, p importPlan) error {
 		audits = append(audits, e)
 	}
 	err := w.insertRows(ctx, `INSERT INTO limits (`+limitColumns+`)`, rows, ` ON CONFLICT (name) DO UPDATE SET
-		id_format = excluded.id_format, burst = excluded.burst, count = excluded.count, period = excluded.period,
+		generation = excluded.generation, id_format = excluded.id_format, calendar = excluded.calendar, time_zone = excluded.time_zone,
+		burst = excluded.burst, count = excluded.count, period = excluded.period,
 		description = excluded.description, unit = excluded.unit, shadow = excluded.shadow, updated_at = excluded.updated_at`)
 	if err != nil {
 		return err

@@ -21,7 +21,7 @@ func TestImport(t *testing.T) {
 		kept := e.createOverride(t, overrideOf("Existing", "1"))
 		changed := e.createOverride(t, overrideOf("Existing", "2"))
 		// Disabled with an expiry: an import keeps both.
-		changed, err := e.db.UpdateOverride(ctx, "bob", changed.ID, func(o *limiter.Override) error {
+		changed, err := e.db.UpdateOverride(ctx, "bob", changed.ID, func(o *limiter.Override, _ limiter.Limit) error {
 			o.Enabled, o.ExpiresAt = false, epoch().Add(time.Hour)
 			return nil
 		})

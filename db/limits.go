@@ -16,6 +16,9 @@ type limitRow struct {
 	Enum        int
 	Generation  int
 	IDFormat    string
+	Kind        string
+	Calendar    string
+	TimeZone    string
 	Burst       int64
 	Count       int64
 	Period      int64
@@ -26,18 +29,34 @@ type limitRow struct {
 	UpdatedAt   time.Time
 }
 
-const limitColumns = `name, enum, generation, id_format, burst, count, period, description, unit, shadow, created_at, updated_at`
+const limitColumns = `name, enum, generation, id_format, kind, calendar, time_zone, burst, count, period, description, unit, shadow, created_at, updated_at`
 
 func (r *limitRow) dest() []any {
-	return []any{&r.Name, &r.Enum, &r.Generation, &r.IDFormat, &r.Burst, &r.Count, &r.Period, &r.Description, &r.Unit, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
+	return []any{&r.Name, &r.Enum, &r.Generation, &r.IDFormat, &r.Kind, &r.Calendar, &r.TimeZone, &r.Burst, &r.Count, &r.Period,
+		&r.Description, &r.Unit, &r.Shadow, &r.CreatedAt, &r.UpdatedAt}
+}
+
+// limitArgs are the values of limitColumns for l, in order.
+func limitArgs(l limiter.Limit) []any {
+	return []any{l.Name, l.Enum, l.Generation, string(l.IDFormat), string(l.Kind), string(l.Calendar), l.TimeZone,
+		l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, l.CreatedAt, l.UpdatedAt}
 }
 
 func (r *limitRow) limit() limiter.Limit {
 	return limiter.Limit{
 		Name: r.Name, Enum: r.Enum, Generation: r.Generation, IDFormat: limiter.IDFormat(r.IDFormat),
+		Kind: limiter.Kind(r.Kind), Calendar: limiter.Calendar(r.Calendar), TimeZone: r.TimeZone,
 		Params:      limiter.Params{Burst: r.Burst, Count: r.Count, Period: time.Duration(r.Period)},
 		Description: r.Description, Unit: r.Unit, Shadow: r.Shadow, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
+}
+
+// storedLimit returns l as the database writes it: naming its unit and kind,
+// so that a limit put without them equals the stored one that has the
+// defaults.
+func storedLimit(l limiter.Limit) limiter.Limit {
+	l.Unit, l.Kind = l.Counts(), l.KindOf()
+	return l
 }
 
 func scanLimit(rows *sql.Rows) (limiter.Limit, error) {
@@ -97,8 +116,9 @@ func (d *DB) OverrideCounts(ctx context.Context) (map[string]int, error) {
 // number of l.Name. On update the enum never changes: 0 keeps it, another
 // number is a conflict; so is a new id_format while overrides of the limit
 // exist, because their canonical bucket ids would no longer name the same
-// buckets. An update that changes nothing writes nothing, not even an
-// audit entry.
+// buckets, and a new kind (see limitChange). A quota whose calendar or
+// time zone changes gets a new generation (see limitChange). An update
+// that changes nothing writes nothing, not even an audit entry.
 func (d *DB) PutLimit(ctx context.Context, actor string, l limiter.Limit) (limiter.Limit, bool, error) {
 	var got limiter.Limit
 	var res outcome
@@ -123,9 +143,7 @@ const (
 )
 
 func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit, outcome, error) {
-	// The row always names its unit, so that a limit put without one
-	// equals the stored one that counts the default.
-	l.Unit = l.Counts()
+	l = storedLimit(l)
 	old, err := getLimit(ctx, w.d, w.tx, l.Name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return w.createLimit(ctx, l)
@@ -140,6 +158,10 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 	if l == old {
 		return old, unchanged, nil
 	}
+	renew, err := limitChange(old, l)
+	if err != nil {
+		return limiter.Limit{}, unchanged, err
+	}
 	if l.IDFormat != old.IDFormat {
 		var has bool
 		err := w.queryRow(ctx, []any{&has}, `SELECT EXISTS (SELECT 1 FROM overrides WHERE limit_name = $1)`, l.Name)
@@ -150,11 +172,23 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 			return limiter.Limit{}, unchanged, fmt.Errorf("limit %q: %w", l.Name, limiter.ErrIDFormatFixed)
 		}
 	}
+	if renew {
+		if err := overridesFit(ctx, w.d, w.tx, l); err != nil {
+			return limiter.Limit{}, unchanged, err
+		}
+		err := w.queryRow(ctx, []any{&l.Generation}, `
+			UPDATE enums SET generation = generation + 1 WHERE enum = $1 RETURNING generation`, l.Enum)
+		if err != nil {
+			return limiter.Limit{}, unchanged, err
+		}
+	}
 	l.UpdatedAt = w.now
 	err = w.exec(ctx, `
-		UPDATE limits SET id_format = $2, burst = $3, count = $4, period = $5, description = $6, unit = $7, shadow = $8, updated_at = $9
+		UPDATE limits SET generation = $2, id_format = $3, calendar = $4, time_zone = $5, burst = $6, count = $7, period = $8,
+			description = $9, unit = $10, shadow = $11, updated_at = $12
 		WHERE name = $1`,
-		l.Name, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, l.UpdatedAt)
+		l.Name, l.Generation, string(l.IDFormat), string(l.Calendar), l.TimeZone, l.Burst, l.Count, int64(l.Period),
+		l.Description, l.Unit, l.Shadow, l.UpdatedAt)
 	if err != nil {
 		return limiter.Limit{}, unchanged, err
 	}
@@ -163,14 +197,61 @@ func (w *writeTx) putLimit(ctx context.Context, l limiter.Limit) (limiter.Limit,
 	return l, updated, err
 }
 
+// limitChange checks an update of the stored limit old into l, both as
+// stored, and reports whether l needs a new generation. The kind is fixed
+// (limiter.ErrKindFixed), and so is whether the limit is a calendar
+// quota: a rate limit's stored TATs, a quota's usage and a concurrency
+// limit's leases mean nothing to another kind. A quota may change its
+// calendar or zone, but its usage, kept per window, would then be read
+// against other windows: it starts again, under new bucket keys.
+func limitChange(old, l limiter.Limit) (renew bool, err error) {
+	if l.KindOf() != old.KindOf() || l.Quota() != old.Quota() {
+		return false, fmt.Errorf("limit %q is %s, and its kind cannot change: %w", l.Name, kindWords(old), limiter.ErrKindFixed)
+	}
+	return l.Calendar != old.Calendar || l.TimeZone != old.TimeZone, nil
+}
+
+// kindWords names what sort of limit l is, in messages.
+func kindWords(l limiter.Limit) string {
+	switch {
+	case l.Quota():
+		return "a calendar quota"
+	case l.KindOf() == limiter.KindConcurrency:
+		return "a concurrency limit"
+	}
+	return "a rate limit"
+}
+
+// overridesFit checks, through q, that every override of l as stored is
+// valid for l as it is about to be written: a quota's calendar bounds its
+// count, and a snapshot refuses an override that does not fit its limit.
+// The first that does not fit is a *limiter.ValidationError naming
+// calendar, the field whose change made it so.
+func overridesFit(ctx context.Context, d *DB, q queryer, l limiter.Limit) error {
+	var r overrideRow
+	dest := r.dest()
+	return each(ctx, d, q, func(rows *sql.Rows) error {
+		if err := rows.Scan(dest...); err != nil {
+			return d.fail(ctx, err)
+		}
+		o := r.override()
+		fe := l.ParamsProblems(o.Params, true)
+		if len(fe) == 0 {
+			return nil
+		}
+		ve := &limiter.ValidationError{}
+		ve.Add("calendar", fmt.Sprintf("override %s would no longer fit the limit (%s: %s); change or delete it first", o.ID, fe[0].Field, fe[0].Message))
+		return ve
+	}, `SELECT `+overrideColumns+` FROM overrides WHERE limit_name = $1 AND NOT unlimited`, l.Name)
+}
+
 func (w *writeTx) createLimit(ctx context.Context, l limiter.Limit) (limiter.Limit, outcome, error) {
 	l.CreatedAt, l.UpdatedAt = w.now, w.now
 	var err error
 	if l.Enum, l.Generation, err = w.giveEnum(ctx, l.Name, l.Enum); err != nil {
 		return limiter.Limit{}, unchanged, err
 	}
-	err = w.exec(ctx, `INSERT INTO limits (`+limitColumns+`) VALUES (`+placeholders(1, 12)+`)`,
-		l.Name, l.Enum, l.Generation, string(l.IDFormat), l.Burst, l.Count, int64(l.Period), l.Description, l.Unit, l.Shadow, w.now, w.now)
+	err = w.exec(ctx, `INSERT INTO limits (`+limitColumns+`) VALUES (`+placeholders(1, 15)+`)`, limitArgs(l)...)
 	switch violated(err) {
 	case "":
 	case limitsEnumKey:

@@ -96,11 +96,13 @@ func getOverride(ctx context.Context, d *DB, q queryer, id string) (limiter.Over
 // it canonicalises by the limit's id format, and returns it with its ID,
 // Version 1, timestamps and UpdatedBy set. The limit is read in the
 // transaction that writes the override, under the write lock, so that no
-// change of its id format can come between; an id the format refuses is a
-// *limiter.ValidationError naming bucket_id. An override of the same bucket
-// is limiter.ErrOverrideExists, an unknown limit limiter.ErrUnknownLimit.
-// An unlimited override keeps no parameters. The parameters and comment are
-// the caller's to have checked, once, as the API's converter does.
+// change of its id format or calendar can come between: an id the format
+// refuses, or parameters that do not fit the limit's kind
+// (Limit.ParamsProblems), are a *limiter.ValidationError naming the
+// fields. An override of the same bucket is limiter.ErrOverrideExists, an
+// unknown limit limiter.ErrUnknownLimit. An unlimited override keeps no
+// parameters. The comment is the caller's to have checked, once, as the
+// API's converter does.
 func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Override) (limiter.Override, error) {
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		l, err := getLimit(ctx, d, w.tx, o.Limit)
@@ -110,7 +112,7 @@ func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Overrid
 		if err != nil {
 			return err
 		}
-		if fe := bucketid.NormalizeOverride(&o, l); len(fe) > 0 {
+		if fe := fitOverride(&o, l); len(fe) > 0 {
 			return &limiter.ValidationError{Fields: fe}
 		}
 		o.ID = d.ids.next(w.now)
@@ -134,6 +136,17 @@ func (d *DB) CreateOverride(ctx context.Context, actor string, o limiter.Overrid
 		return limiter.Override{}, err
 	}
 	return o, nil
+}
+
+// fitOverride canonicalises o's bucket id by limit l and returns the field
+// errors of what depends on l: the bucket id, and the parameters, which
+// must suit l's kind.
+func fitOverride(o *limiter.Override, l limiter.Limit) []limiter.FieldError {
+	fe := bucketid.NormalizeOverride(o, l)
+	if !o.Unlimited {
+		fe = append(fe, l.ParamsProblems(o.Params, true)...)
+	}
+	return fe
 }
 
 // GetOverride returns the override with the id, or an error wrapping
@@ -216,16 +229,20 @@ func escapeLike(s string) string {
 }
 
 // UpdateOverride changes the override with the id in one transaction: it
-// reads the override, lets change modify a copy (a caller's If-Match is
-// checked there, against the version read under the lock), and writes the result with Version+1,
-// UpdatedAt and UpdatedBy=actor. An error from change rolls back and is
-// returned unchanged. change cannot move the override to another limit or
-// bucket, nor rewrite its ID or CreatedAt: those are restored.
+// reads the override and its limit, lets change modify a copy of the
+// override (a caller's If-Match is checked there, against the version
+// read under the lock; the limit tells the defaults of its kind), and
+// writes the result with Version+1, UpdatedAt and UpdatedBy=actor. An
+// error from change rolls back and is returned unchanged; parameters that
+// do not fit the limit (Limit.ParamsProblems) are a
+// *limiter.ValidationError naming the fields. change cannot move the
+// override to another limit or bucket, nor rewrite its ID or CreatedAt:
+// those are restored.
 //
 // Every write transaction holds the write lock (see lockWrites), which is a
 // stronger lock than one on the row: no other change can come between the
 // read and the write.
-func (d *DB) UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override) error) (limiter.Override, error) {
+func (d *DB) UpdateOverride(ctx context.Context, actor, id string, change func(*limiter.Override, limiter.Limit) error) (limiter.Override, error) {
 	var o limiter.Override
 	err := d.write(ctx, actor, func(w *writeTx) error {
 		old, err := getOverride(ctx, d, w.tx, id)
@@ -235,9 +252,19 @@ func (d *DB) UpdateOverride(ctx context.Context, actor, id string, change func(*
 		if err != nil {
 			return err
 		}
-		o = old
-		if err := change(&o); err != nil {
+		// The foreign key keeps the limit while the override exists.
+		l, err := getLimit(ctx, d, w.tx, old.Limit)
+		if err != nil {
 			return err
+		}
+		o = old
+		if err := change(&o, l); err != nil {
+			return err
+		}
+		if !o.Unlimited {
+			if fe := l.ParamsProblems(o.Params, true); len(fe) > 0 {
+				return &limiter.ValidationError{Fields: fe}
+			}
 		}
 		o.ID, o.Limit, o.BucketID, o.CreatedAt = old.ID, old.Limit, old.BucketID, old.CreatedAt
 		o.Version, o.UpdatedAt, o.UpdatedBy = old.Version+1, w.now, actor

@@ -64,7 +64,7 @@ func TestOverrideCRUD(t *testing.T) {
 		_, err = e.db.GetOverride(ctx, o.ID)
 		wantError(t, err, limiter.ErrOverrideNotFound)
 		wantError(t, e.db.DeleteOverride(ctx, "bob", o.ID), limiter.ErrOverrideNotFound)
-		_, err = e.db.UpdateOverride(ctx, "bob", o.ID, func(*limiter.Override) error { return nil })
+		_, err = e.db.UpdateOverride(ctx, "bob", o.ID, func(*limiter.Override, limiter.Limit) error { return nil })
 		wantError(t, err, limiter.ErrOverrideNotFound)
 		// The bucket is free again.
 		e.createOverride(t, overrideOf("L", "123"))
@@ -80,7 +80,7 @@ func TestUpdateOverride(t *testing.T) {
 
 		e.clock.Advance(time.Hour)
 		expires := epoch().Add(48 * time.Hour)
-		got, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
+		got, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override, _ limiter.Limit) error {
 			n.Burst, n.Comment, n.Enabled, n.ExpiresAt = 7, "raised", false, expires
 			// None of these may change.
 			n.ID, n.Limit, n.BucketID, n.CreatedAt = "X", "Other", "2", epoch().Add(time.Hour)
@@ -105,7 +105,7 @@ func TestUpdateOverride(t *testing.T) {
 		v := e.version(t)
 		ve := &limiter.ValidationError{}
 		ve.Add("burst", "must be at least 0")
-		_, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
+		_, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override, _ limiter.Limit) error {
 			n.Burst = -1
 			return ve
 		})
@@ -120,7 +120,7 @@ func TestUpdateOverride(t *testing.T) {
 		}
 
 		// Clearing the expiry and making the override unlimited.
-		got, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
+		got, err = e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override, _ limiter.Limit) error {
 			n.ExpiresAt, n.Unlimited = time.Time{}, true
 			return nil
 		})
@@ -136,7 +136,7 @@ func TestOverrideHistory(t *testing.T) {
 		e.putLimit(t, limitOf("L", limiter.RegID))
 		o := e.createOverride(t, overrideOf("L", "1"))
 		e.clock.Advance(time.Minute)
-		updated, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override) error {
+		updated, err := e.db.UpdateOverride(ctx, "carol", o.ID, func(n *limiter.Override, _ limiter.Limit) error {
 			n.Count, n.Period = 9, 90*time.Minute
 			return nil
 		})

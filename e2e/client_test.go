@@ -43,12 +43,12 @@ func TestClient(t *testing.T) {
 	}
 
 	// A limit: created (201), then replaced (200).
-	put, err := admin.PutLimitWithResponse(bg, "NewOrders", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: 2, Count: 2, Period: "180m"})
+	put, err := admin.PutLimitWithResponse(bg, "NewOrders", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: ptr(int64(2)), Count: ptr(int64(2)), Period: ptr("180m")})
 	must(t, err, put, put.JSON201 != nil)
-	if put.JSON201.Period != "3h0m0s" || put.JSON201.Enum < 100 {
+	if put.JSON201.Period == nil || *put.JSON201.Period != "3h0m0s" || put.JSON201.Kind != client.LimitKindRate || put.JSON201.Calendar != nil || put.JSON201.Enum < 100 {
 		t.Errorf("a created limit: %+v", *put.JSON201)
 	}
-	put, err = admin.PutLimitWithResponse(bg, "NewOrders", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: 2, Count: 2, Period: "3h", Description: ptr("orders")})
+	put, err = admin.PutLimitWithResponse(bg, "NewOrders", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: ptr(int64(2)), Count: ptr(int64(2)), Period: ptr("3h"), Description: ptr("orders")})
 	must(t, err, put, put.JSON200 != nil)
 	got, err := decide.GetLimitWithResponse(bg, "NewOrders")
 	must(t, err, got, got.JSON200 != nil)
@@ -169,7 +169,7 @@ func TestClient(t *testing.T) {
 	must(t, err, missing, missing.ApplicationProblemJSON404 != nil)
 	conflict, err := support.CreateOverrideWithResponse(bg, client.OverrideCreate{Limit: "NewOrders", BucketID: "123", Unlimited: ptr(true)})
 	must(t, err, conflict, conflict.ApplicationProblemJSON409 != nil)
-	invalid, err := admin.PutLimitWithResponse(bg, "Broken", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: 0, Count: 0, Period: "-1s"})
+	invalid, err := admin.PutLimitWithResponse(bg, "Broken", client.LimitPut{IDFormat: client.IDFormatRegID, Burst: ptr(int64(0)), Count: ptr(int64(0)), Period: ptr("-1s")})
 	must(t, err, invalid, invalid.ApplicationProblemJSON422 != nil)
 	if p := invalid.ApplicationProblemJSON422; p.Errors == nil || len(*p.Errors) != 3 {
 		t.Errorf("an invalid limit: %s; want burst, count and period named", invalid.Body)

@@ -29,7 +29,7 @@ func TestKillDuringWrites(t *testing.T) {
 	dbURL := testenv.Postgres(t)
 	svc := newService(t, "ratelimitd", options{databaseURL: dbURL})
 	const limit = "KillDuringWrites"
-	putLimit(t, svc.admin(), limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: 5, Count: 5, Period: "1h"})
+	putLimit(t, svc.admin(), limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(5)), Count: ptr(int64(5)), Period: ptr("1h")})
 	token := createToken(t, svc.admin(), "writer", client.ScopeAdmin)
 
 	var all []write

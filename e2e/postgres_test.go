@@ -34,8 +34,8 @@ func TestPostgresDown(t *testing.T) {
 	// Decisions use one limit, the stream of writes another, whose
 	// overrides are all the stream's.
 	const limit, written = "PostgresDown", "PostgresDownWrites"
-	putLimit(t, admin, limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: 5, Count: 5, Period: "1h"})
-	putLimit(t, admin, written, client.LimitPut{IDFormat: client.IDFormatString, Burst: 5, Count: 5, Period: "1h"})
+	putLimit(t, admin, limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(5)), Count: ptr(int64(5)), Period: ptr("1h")})
+	putLimit(t, admin, written, client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(5)), Count: ptr(int64(5)), Period: ptr("1h")})
 	writer := svc.client(createToken(t, admin, "writer", client.ScopeAdmin))
 	decide := createToken(t, admin, "decider", client.ScopeDecide)
 	vip := createOverride(t, admin, client.OverrideCreate{Limit: limit, BucketID: "vip", Burst: ptr(int64(1e9)), Count: ptr(int64(1e9)), Period: ptr("1h")})
@@ -166,7 +166,7 @@ func TestPostgresStalled(t *testing.T) {
 	cut := newService(t, "ratelimitd-cut-off", options{databaseURL: viaProxy})
 	other := newService(t, "ratelimitd-direct", options{databaseURL: dbURL})
 	const limit = "PostgresStalled"
-	putLimit(t, cut.admin(), limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: 1e9, Count: 1e9, Period: "1h"})
+	putLimit(t, cut.admin(), limit, client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(1e9)), Count: ptr(int64(1e9)), Period: ptr("1h")})
 	waitKnown(t, cut.admin(), limit, "x")
 
 	decisions := startLoad(t, []*client.ClientWithResponses{newClient(t, cut.url, cut.bootstrap, 50)}, 2, 2*time.Millisecond,

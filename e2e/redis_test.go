@@ -53,10 +53,10 @@ func testRedisFault(t *testing.T, fault, mode string) {
 	rs := testenv.RedisServer(t)
 	svc := newService(t, "ratelimitd", options{redisURL: "redis://" + rs.Addr(), failMode: mode})
 	// Buckets that never run out: every normal answer is allowed.
-	putLimit(t, svc.admin(), "RedisFault", client.LimitPut{IDFormat: client.IDFormatString, Burst: 1e9, Count: 1e9, Period: "1h"})
+	putLimit(t, svc.admin(), "RedisFault", client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(1e9)), Count: ptr(int64(1e9)), Period: ptr("1h")})
 	// And a limit that abusers exhaust: one emptied before the fault, one
 	// blocked by an override.
-	putLimit(t, svc.admin(), "Tight", client.LimitPut{IDFormat: client.IDFormatString, Burst: 2, Count: 1, Period: "1h"})
+	putLimit(t, svc.admin(), "Tight", client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(2)), Count: ptr(int64(1)), Period: ptr("1h")})
 	createOverride(t, svc.admin(), client.OverrideCreate{Limit: "Tight", BucketID: "blocked", Burst: ptr(int64(0)), Count: ptr(int64(1)), Period: ptr("1h")})
 	decide := createToken(t, svc.admin(), "load", client.ScopeDecide)
 	waitKnown(t, svc.admin(), "RedisFault", "w0-0")

@@ -36,7 +36,7 @@ func TestThreeProcesses(t *testing.T) {
 	admin := procs[0].admin()
 	const limit, burst = "ThreeProcesses", 50
 	// One token an hour: nothing refills during the test.
-	putLimit(t, admin, limit, client.LimitPut{IDFormat: client.IDFormatRegID, Burst: burst, Count: 1, Period: "1h"})
+	putLimit(t, admin, limit, client.LimitPut{IDFormat: client.IDFormatRegID, Burst: ptr(int64(burst)), Count: ptr(int64(1)), Period: ptr("1h")})
 	decide := createToken(t, admin, "spender", client.ScopeDecide)
 	clients := make([]*client.ClientWithResponses, len(procs))
 	for i, p := range procs {

@@ -20,8 +20,8 @@ func TestRestart(t *testing.T) {
 	svc := newService(t, "ratelimitd", options{redisURL: testenv.RedisURL(t)})
 	admin := svc.admin()
 
-	putLimit(t, admin, "RestartExplicit", client.LimitPut{Enum: ptr(4242), IDFormat: client.IDFormatRegID, Burst: 10, Count: 10, Period: "1h", Description: ptr("an explicit enum")})
-	putLimit(t, admin, "RestartAssigned", client.LimitPut{IDFormat: client.IDFormatString, Burst: 10, Count: 10, Period: "1h", Shadow: ptr(false)})
+	putLimit(t, admin, "RestartExplicit", client.LimitPut{Enum: ptr(4242), IDFormat: client.IDFormatRegID, Burst: ptr(int64(10)), Count: ptr(int64(10)), Period: ptr("1h"), Description: ptr("an explicit enum")})
+	putLimit(t, admin, "RestartAssigned", client.LimitPut{IDFormat: client.IDFormatString, Burst: ptr(int64(10)), Count: ptr(int64(10)), Period: ptr("1h"), Shadow: ptr(false)})
 	// A name of Let's Encrypt's catalogue takes its enum (3) from there.
 	imp, err := admin.ImportFileWithBodyWithResponse(bg, &client.ImportFileParams{Kind: client.ImportFileParamsKindDefaults}, "application/yaml",
 		strings.NewReader("NewOrdersPerAccount:\n  burst: 300\n  count: 1\n  period: 3h\n"))

@@ -48,9 +48,16 @@ var (
 	// ErrIDFormatFixed is a change of the id format of a limit that has
 	// overrides, whose bucket ids are written in it.
 	ErrIDFormatFixed = &sentinel{"the id format cannot change while overrides exist", ErrConflict}
+	// ErrKindFixed is a change of a limit's kind, or of a rate limit into
+	// a calendar quota or back: its stored bucket states would mean
+	// something else.
+	ErrKindFixed = &sentinel{"a limit's kind cannot change", ErrConflict}
 	// ErrIDRefused is an override whose limit's id format changed, between
 	// reading and writing, to one that refuses its bucket id.
 	ErrIDRefused = &sentinel{"the limit's id format refuses the bucket id", ErrConflict}
+	// ErrParamsRefused is an imported override whose limit changed,
+	// between reading and writing, to one its parameters do not fit.
+	ErrParamsRefused = &sentinel{"the limit refuses the override's parameters", ErrConflict}
 	// ErrHasOverrides and ErrHasRules are a limit that cannot be deleted
 	// while they refer to it.
 	ErrHasOverrides = &sentinel{"the limit has overrides", ErrConflict}

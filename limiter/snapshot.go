@@ -190,8 +190,10 @@ func (s *Snapshot) Builder() *Builder {
 // PutLimit adds l or replaces the limit of the same name. A limit's enum and,
 // while it has overrides, its id format never change; the database enforces
 // that, and PutLimit refuses an enum taken by another limit. A replacement
-// with another generation is the limit deleted and created again: its
-// buckets get new keys from here on.
+// with another generation gets new bucket keys from here on: the limit was
+// deleted and created again, or it is a quota whose calendar or zone
+// changed, whose usage would otherwise be read against other windows. The
+// overrides it still has move to its new keys.
 func (b *Builder) PutLimit(l Limit) error {
 	if fe := l.Validate(); len(fe) > 0 || l.Enum == 0 {
 		return fmt.Errorf("limit %q: %w", l.Name, &ValidationError{Fields: fe})
@@ -200,16 +202,41 @@ func (b *Builder) PutLimit(l Limit) error {
 		return fmt.Errorf("limit %q: enum %d is taken by %q: %w", l.Name, l.Enum, other.Name, ErrConflict)
 	}
 	b.ownLimits()
+	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
 	if old, ok := b.snap.byName[l.Name]; ok {
 		delete(b.snap.byEnum, old.Enum)
+		if old.prefix != e.prefix {
+			b.moveOverrides(old.prefix, e.prefix)
+		}
 	}
-	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
 	if l.Quota() {
 		e.zone, _ = LoadZone(l.TimeZone) // Validate loaded it already
 	}
 	b.snap.byName[l.Name] = e
 	b.snap.byEnum[l.Enum] = e
 	return nil
+}
+
+// moveOverrides rekeys the overrides under one key prefix to another. It
+// reads every shard, since keys are spread by their hash: a cost paid only
+// when a limit that has overrides changes generation, which is rare (the
+// limit deleted and created again has none left).
+func (b *Builder) moveOverrides(from, to string) {
+	moved := map[string]overrideEntry{}
+	for i := range b.snap.shards {
+		for key, o := range b.snap.shards[i] {
+			if strings.HasPrefix(key, from) {
+				moved[key] = o
+			}
+		}
+	}
+	for key := range moved {
+		delete(b.ownShard(key), key)
+	}
+	for key, o := range moved {
+		nk := to + key[len(from):]
+		b.ownShard(nk)[nk] = o
+	}
 }
 
 // DeleteLimit removes the limit called name. Its overrides must be gone

@@ -294,3 +294,36 @@ func TestNewBuilderNeedsEveryParser(t *testing.T) {
 	}
 	limiter.NewBuilder(all) // and with all of them it does not
 }
+
+// TestNewGenerationMovesOverrides: a quota whose calendar changed gets a
+// new generation while it keeps its overrides (the database bumps it so
+// that usage restarts in the new windows); an incremental change that
+// brings the new generation must find the overrides under the new keys,
+// though the change log does not report them again.
+func TestNewGenerationMovesOverrides(t *testing.T) {
+	daily := quota("Exports", 120, limiter.CalendarDay, "UTC", 10)
+	daily.Generation = 1
+	raised := limiter.Override{Limit: "Exports", BucketID: "acct-1", Enabled: true, Params: limiter.Params{Burst: 50, Count: 50}}
+	s := build(t, []limiter.Limit{daily, emails()}, raised, override("MailsPerAddress", "a@b.c", 9))
+
+	weekly := daily
+	weekly.Calendar, weekly.Generation = limiter.CalendarWeek, 2
+	b := s.Builder()
+	if err := b.Apply(limiter.Changes{Version: 2, Limits: []limiter.Limit{weekly}}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.Snapshot(2)
+	r := resolve(t, s2, "Exports", "acct-1", t0)
+	if !strings.HasPrefix(r.Key, "120.2:") || r.Source != limiter.SourceOverride || r.Params.Count != 50 {
+		t.Errorf("after the new generation: key %q, source %s, count %d; want a key of generation 2 and the override's count (50)", r.Key, r.Source, r.Params.Count)
+	}
+	if r := resolve(t, s2, "MailsPerAddress", "a@b.c", t0); r.Source != limiter.SourceOverride {
+		t.Errorf("another limit's override moved: %+v", r)
+	}
+	if s2.Overrides() != 2 {
+		t.Errorf("Overrides() = %d, want 2", s2.Overrides())
+	}
+	if r := resolve(t, s, "Exports", "acct-1", t0); !strings.HasPrefix(r.Key, "120:") || r.Source != limiter.SourceOverride {
+		t.Errorf("the earlier snapshot changed: key %q, source %s", r.Key, r.Source)
+	}
+}

@@ -79,7 +79,7 @@ func TestDB(t *testing.T) {
 	if err != nil || len(found) != 1 {
 		t.Fatalf("ListOverrides: %v, %v", found, err)
 	}
-	if _, err := d.UpdateOverride(ctx, "tester", found[0].ID, func(o *limiter.Override) error {
+	if _, err := d.UpdateOverride(ctx, "tester", found[0].ID, func(o *limiter.Override, _ limiter.Limit) error {
 		o.Enabled = false
 		return nil
 	}); err != nil {

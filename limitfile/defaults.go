@@ -80,6 +80,10 @@ func (r *defaultsReader) entry(k, v *yaml.Node) {
 	}
 	f := readFields(e, v, limitKeys()...)
 	old, exists := r.existing[name]
+	if msg := boulderProblem(old); exists && msg != "" {
+		e.fail(0, "", msg+"; change it with PUT /v1/limits/"+name)
+		return
+	}
 	// Boulder's format has no unit: a limit keeps its own, and a new one
 	// counts the default.
 	l := limiter.Limit{Name: name, Unit: old.Unit}

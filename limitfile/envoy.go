@@ -84,15 +84,28 @@ type pattern struct {
 // of the limit or override it becomes, where Envoy's format has no word
 // for it: an export writes them, so that importing the export changes
 // nothing. envoyproxy/ratelimit accepts any metadata and ignores it.
+//
+// calendar and timeZone make the limit a calendar quota, whose windows
+// start at the boundaries of the zone; the peer reads the same
+// descriptor's unit as its own fixed window, aligned to UTC. Without
+// them a unit is always a rate: a file of the peer's never makes a quota.
 type ownKeys struct {
 	idFormat    limiter.IDFormat
 	burst       int64
 	description *string
 	comment     *string
+	calendar    limiter.Calendar
+	timeZone    string
 }
 
 // ownKeyNames are the keys of ownKeys, as the file spells them.
-var ownKeyNames = []string{"id_format", "burst", "description", "comment"}
+var ownKeyNames = []string{"id_format", "burst", "description", "comment", "calendar", "time_zone"}
+
+// quota returns the calendar quota of the keys, with its parameters
+// unset; a rate limit when they name no calendar.
+func (k ownKeys) quota() limiter.Limit {
+	return limiter.Limit{Calendar: k.calendar, TimeZone: k.timeZone}
+}
 
 // envoyReader reads one document.
 type envoyReader struct {
@@ -120,10 +133,11 @@ type envoyReader struct {
 // express gets a rule whose values share one bucket, and an override of
 // that bucket. share_threshold shares the values of a wildcard entry.
 // metadata.ratelimitd carries what the format cannot hold (id_format,
-// burst, description, comment), as ExportEnvoy writes it. The rules of
-// the domain that the file does not name are deleted. What ratelimitd
-// cannot express with the same meaning is an error naming the line: units
-// it does not know.
+// burst, description, comment, and a calendar quota's calendar and
+// time_zone, whose unit must be the calendar), as ExportEnvoy writes it.
+// The rules of the domain that the file does not name are deleted. What
+// ratelimitd cannot express with the same meaning is an error naming the
+// line: units it does not know.
 func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	switch {
@@ -301,9 +315,37 @@ func (r *envoyReader) metadata(e *entry, m *yaml.Node) ownKeys {
 				}
 			}
 		}
+		own.calendar, own.timeZone = readQuota(oe, f)
 	}
 	return own
 }
+
+// readQuota reads the calendar and time zone of a calendar quota, UTC
+// when it names no zone; "" for both when it names no calendar.
+func readQuota(e *entry, f fields) (limiter.Calendar, string) {
+	calendar, calendared, ok := readText(e, f, "calendar")
+	zone, zoned, zoneOK := readText(e, f, "time_zone")
+	switch {
+	case zoned && !calendared:
+		e.fail(lineOf(f, "time_zone"), "time_zone", "is only for a calendar quota: give calendar too")
+		return "", ""
+	case !calendared || !ok:
+		return "", ""
+	case !slices.Contains(calendars, limiter.Calendar(calendar)):
+		e.fail(lineOf(f, "calendar"), "calendar", "must be hour, day, week, month or year")
+	case !zoned:
+		zone = "UTC"
+	case zoneOK:
+		if _, msg := limiter.LoadZone(zone); msg != "" {
+			e.fail(lineOf(f, "time_zone"), "time_zone", msg)
+		}
+	}
+	return limiter.Calendar(calendar), zone
+}
+
+// calendars are the windows of calendar quotas, each also a unit of
+// envoyproxy/ratelimit.
+var calendars = []limiter.Calendar{limiter.CalendarHour, limiter.CalendarDay, limiter.CalendarWeek, limiter.CalendarMonth, limiter.CalendarYear}
 
 // rateLimit reads a rate_limit block into p.
 func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
@@ -363,6 +405,18 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	}
 	if len(r.errs) > before {
 		return false
+	}
+	if c := p.own.calendar; c != "" {
+		if !strings.EqualFold(name, string(c)) || mult != 1 {
+			e.fail(lineOf(f, "unit"), "unit", "must be "+string(c)+", the calendar of metadata.ratelimitd, without unit_multiplier")
+			return false
+		}
+		p.params = limiter.Params{Burst: rpu, Count: rpu}
+		if fe := p.own.quota().ParamsProblems(p.params, true); len(fe) > 0 {
+			e.fail(lineOf(f, "requests_per_unit"), "requests_per_unit", "is more than a calendar quota can hold: "+fe[0].Message)
+			return false
+		}
+		return true
 	}
 	p.params = limiter.Params{Burst: rpu, Count: rpu, Period: time.Duration(mult) * unit}
 	if rpu == 0 {
@@ -487,7 +541,8 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 		// it says by naming the limit.
 		sameName := p.name != "" && p.name == catcher.limitName()
 		if catcher != nil && !catcher.shares() && (p.name == "" && !replaced[catcher.limit.Name] || sameName) &&
-			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) {
+			p.shadow == catcher.shadow && p.quota == catcher.quota && slices.Equal(p.replaces, catcher.replaces) &&
+			p.own.calendar == catcher.own.calendar && p.own.timeZone == catcher.own.timeZone {
 			bucket = rules.BucketID(*catcher.rule, p.entries)
 			_, err := bucketid.Canonical(limiter.String, bucket)
 			ok = err == nil
@@ -499,6 +554,10 @@ func (r *envoyReader) resolve() ([]limiter.Limit, []limiter.Rule, []limiter.Over
 		o := r.override(catcher, bucket, p, p.params, p.unlimited)
 		if p.own.burst > 0 && !p.unlimited && p.params.Burst > 0 {
 			o.Params.Burst = p.own.burst
+			if fe := catcher.limit.ParamsProblems(o.Params, true); len(fe) > 0 {
+				r.errs = append(r.errs, EntryError{Line: p.line, Entry: p.label, Message: "metadata.ratelimitd.burst: " + fe[0].Field + " " + fe[0].Message})
+				continue
+			}
 		}
 		if p.own.comment != nil {
 			o.Comment = *p.own.comment
@@ -544,20 +603,24 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 	}
 	out.names[name] = p.line
 	entries := slices.Clone(p.entries)
-	params := p.params
+	l := p.own.quota()
+	l.Params = p.params
 	alike := p.unlimited || p.params.Burst == 0
-	if alike {
+	switch {
+	case alike:
 		for i := range entries {
 			if !rules.Fixed(entries[i]) {
 				entries[i].Shared = true
 			}
 		}
-		params = limiter.Params{Burst: 1, Count: 1, Period: max(p.params.Period, time.Second)}
-	} else if p.own.burst > 0 {
-		params.Burst = p.own.burst
+		l.Params = limiter.Params{Burst: 1, Count: 1, Period: max(p.params.Period, time.Second)}
+		if l.Quota() {
+			l.Params.Period = 0
+		}
+	case p.own.burst > 0:
+		l.Burst = p.own.burst
 	}
-	l := limiter.Limit{Name: name, IDFormat: limiter.String, Params: params, Shadow: p.shadow,
-		Description: defaultDescription(r.domain, p.entries)}
+	l.Name, l.IDFormat, l.Shadow, l.Description = name, limiter.String, p.shadow, defaultDescription(r.domain, p.entries)
 	if p.own.idFormat != "" {
 		l.IDFormat = p.own.idFormat
 	}
@@ -569,7 +632,7 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 		fail("metadata.ratelimitd.id_format: " + msg)
 		return
 	}
-	if fe := l.Params.Validate(false); len(fe) > 0 {
+	if fe := l.ParamsProblems(l.Params, false); len(fe) > 0 {
 		fail("metadata.ratelimitd.burst: " + fe[0].Field + " " + fe[0].Message)
 		return
 	}
@@ -578,7 +641,11 @@ func (r *envoyReader) own(out *resolved, p *pattern) {
 	out.rules = append(out.rules, rule)
 	out.ruled = append(out.ruled, p)
 	if alike {
-		blocked := limiter.Params{Count: 1, Period: params.Period}
+		// A quota's blocked bucket has count 0, as its burst.
+		blocked := limiter.Params{Count: 1, Period: l.Period}
+		if l.Quota() {
+			blocked.Count = 0
+		}
 		if p.unlimited {
 			blocked = limiter.Params{}
 		}
@@ -673,11 +740,13 @@ func (n *envoyNode) child(e limiter.DescriptorEntry) *envoyNode {
 // ExportEnvoy writes the rules of domain as an envoyproxy/ratelimit
 // configuration file, each with its limit's rate and name, and the
 // overrides of those limits as descriptors with the values of their
-// buckets, so that ImportEnvoy of the export changes nothing. What the
-// format cannot say is written as a comment: a burst other than the
-// count (Envoy's format has none, and an import sets the burst to
-// requests_per_unit), a period that is not a whole number of seconds, a
-// bucket id that is no value of the rule.
+// buckets, so that ImportEnvoy of the export changes nothing. A calendar
+// quota is written with its calendar as the unit, which the peer reads as
+// a fixed window aligned to UTC, and its calendar and time zone in
+// ratelimitd's metadata. What the format cannot say is written as a
+// comment: a burst other than the count (Envoy's format has none, and an
+// import sets the burst to requests_per_unit), a period that is not a
+// whole number of seconds, a bucket id that is no value of the rule.
 func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, error) {
 	rules, err := st.ListRules(ctx, domain)
 	if err != nil {
@@ -720,6 +789,7 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 		if l.IDFormat != limiter.String {
 			n.own.idFormat = l.IDFormat
 		}
+		n.own.calendar, n.own.timeZone = l.Calendar, l.TimeZone
 		if l.Burst != l.Count {
 			n.own.burst = l.Burst
 		}
@@ -748,6 +818,9 @@ func ExportEnvoy(ctx context.Context, st EnvoyStore, domain string) ([]byte, err
 			if !n.free && !n.blocked && o.Burst != o.Count {
 				n.own.burst = o.Burst
 			}
+			// The peer reads the descriptor's unit as a rate; the
+			// metadata keeps it an override of the quota.
+			n.own.calendar, n.own.timeZone = limits[o.Limit].Calendar, limits[o.Limit].TimeZone
 			if d := defaultDescription(domain, entries); o.Comment != d && n.limit == "" {
 				n.own.comment = &o.Comment
 			}
@@ -848,6 +921,9 @@ func writeRateLimit(w *writer, indent int, n *envoyNode) {
 		return
 	}
 	unit, mult := envoyUnit(n.rate.Period)
+	if c := n.own.calendar; c != "" {
+		unit, mult = string(c), 1
+	}
 	if unit == "" {
 		w.line(indent, "# a period of "+n.rate.Period.String()+" is no whole number of seconds: this rate limit is left out")
 		return
@@ -898,6 +974,10 @@ func writeOwnKeys(w *writer, indent int, own ownKeys) {
 	}
 	if own.comment != nil {
 		w.line(in, "comment: "+scalar(*own.comment))
+	}
+	if own.calendar != "" {
+		w.line(in, "calendar: "+string(own.calendar))
+		w.line(in, "time_zone: "+scalar(own.timeZone))
 	}
 }
 

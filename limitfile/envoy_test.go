@@ -224,6 +224,14 @@ func TestImportEnvoyErrors(t *testing.T) {
 		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", 5, "share_threshold: is only for a value with a wildcard"},
 		{"own keys", "domain: d\ndescriptors:\n  - key: k\n    metadata: {ratelimitd: {burst: 0, id_format: nope}}\n", 4, "burst: must be at least 1"},
 		{"second document", "domain: d\n---\ndomain: e\n", 2, "this is a second one"},
+		{"quota of another unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {ratelimitd: {calendar: day}}\n", 4, "rate_limit.unit: must be day, the calendar of metadata.ratelimitd"},
+		{"quota with a multiplier", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 2, requests_per_unit: 1}\n    metadata: {ratelimitd: {calendar: day}}\n", 4, "without unit_multiplier"},
+		{"unknown calendar", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n    metadata: {ratelimitd: {calendar: fortnight}}\n", 5, "calendar: must be hour, day, week, month or year"},
+		{"zone without calendar", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n    metadata: {ratelimitd: {time_zone: UTC}}\n", 5, "time_zone: is only for a calendar quota"},
+		{"host zone", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n    metadata: {ratelimitd: {calendar: day, time_zone: Local}}\n", 5, "time_zone: must be an IANA zone name"},
+		{"zone path", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n    metadata: {ratelimitd: {calendar: day, time_zone: ../../etc/passwd}}\n", 5, "time_zone: must be an IANA zone name"},
+		{"quota too big", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 4000000000}\n    metadata: {ratelimitd: {calendar: hour}}\n", 4, "requests_per_unit: is more than a calendar quota can hold"},
+		{"quota burst", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n    metadata: {ratelimitd: {calendar: day, burst: 9}}\n", 3, "burst must equal count for a calendar quota"},
 	} {
 		_, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", []byte(tc.doc), false)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,11 +25,21 @@ func exportDefaults(ctx context.Context, st Store) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(limits) == 0 {
-		return []byte("{}\n"), nil
-	}
 	slices.SortFunc(limits, func(a, b limiter.Limit) int { return cmp.Compare(a.Name, b.Name) })
 	var w writer
+	var left []string
+	limits = slices.DeleteFunc(limits, func(l limiter.Limit) bool {
+		if msg := boulderProblem(l); msg != "" {
+			left = append(left, msg)
+			return true
+		}
+		return false
+	})
+	w.leftOut("Left out, as Boulder's format describes rate limits only:", left)
+	if len(limits) == 0 {
+		w.line(0, "{}")
+		return w.Bytes(), nil
+	}
 	for _, l := range limits {
 		// Boulder's three keys first, then ours. The enum is always
 		// written, so that the limit gets the same one wherever the file
@@ -78,7 +89,20 @@ func group(a, b exported) int {
 
 func exportOverrides(ctx context.Context, st Store) ([]byte, error) {
 	var all []exported
-	_, err := st.Full(ctx, func(limiter.Limit) error { return nil }, func(o limiter.Override) error {
+	// Full streams every limit before the overrides.
+	unfit := map[string]string{}
+	left := map[string]bool{}
+	onLimit := func(l limiter.Limit) error {
+		if msg := boulderProblem(l); msg != "" {
+			unfit[l.Name] = msg
+		}
+		return nil
+	}
+	_, err := st.Full(ctx, onLimit, func(o limiter.Override) error {
+		if _, ok := unfit[o.Limit]; ok {
+			left[o.Limit] = true
+			return nil
+		}
 		x := exported{limit: o.Limit, id: o.BucketID, comment: o.Comment, params: o.Params, unlimited: o.Unlimited}
 		if x.unlimited {
 			x.params = limiter.Params{}
@@ -89,8 +113,15 @@ func exportOverrides(ctx context.Context, st Store) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	var w writer
+	var msgs []string
+	for _, name := range slices.Sorted(maps.Keys(left)) {
+		msgs = append(msgs, unfit[name])
+	}
+	w.leftOut("The overrides of these limits are left out, as Boulder's format describes rate limits only:", msgs)
 	if len(all) == 0 {
-		return []byte("[]\n"), nil
+		w.line(0, "[]")
+		return w.Bytes(), nil
 	}
 	slices.SortFunc(all, func(a, b exported) int {
 		if c := group(a, b); c != 0 {
@@ -98,7 +129,6 @@ func exportOverrides(ctx context.Context, st Store) ([]byte, error) {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-	var w writer
 	for i, x := range all {
 		if i == 0 || group(all[i-1], x) != 0 {
 			// A new entry: the ids of one limit that share parameters.
@@ -130,6 +160,19 @@ func (w *writer) line(indent int, s string) {
 	}
 	w.WriteString(s)
 	w.WriteByte('\n')
+}
+
+// leftOut writes, as comments, head and why each limit is not in the
+// document (msgs), when any is not.
+func (w *writer) leftOut(head string, msgs []string) {
+	if len(msgs) == 0 {
+		return
+	}
+	w.line(0, "# "+head)
+	for _, msg := range msgs {
+		// A limit name is plain text: nothing in msg can end the comment.
+		w.line(0, "#   "+msg)
+	}
 }
 
 // params writes Boulder's three keys; the period in Go's canonical form,

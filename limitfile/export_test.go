@@ -174,9 +174,21 @@ func roundTrip(t testing.TB, st Store, kind Kind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var overrides []limiter.Override
+	// What Boulder's format can describe is exported, and imports again
+	// unchanged.
+	var described, overrides int
+	unfit := map[string]bool{}
+	for _, l := range limits {
+		if boulderProblem(l) == "" {
+			described++
+		} else {
+			unfit[l.Name] = true
+		}
+	}
 	if _, err := st.Full(ctx, func(limiter.Limit) error { return nil }, func(o limiter.Override) error {
-		overrides = append(overrides, o)
+		if !unfit[o.Limit] {
+			overrides++
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -189,9 +201,9 @@ func roundTrip(t testing.TB, st Store, kind Kind) {
 	if err != nil || errs != nil {
 		t.Fatalf("Import of the export: %v, %v\n%s", errs, err, out)
 	}
-	n := len(limits)
+	n := described
 	if kind == Overrides {
-		n = len(overrides)
+		n = overrides
 	}
 	if want := (limiter.ImportCounts{Unchanged: n}); !reflect.DeepEqual(counts, want) {
 		t.Errorf("Import of the export counts %+v, want %+v\n%s", counts, want, out)

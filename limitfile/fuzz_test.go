@@ -12,15 +12,19 @@ import (
 )
 
 // fuzzStore holds limits of every id format, one of them with an override,
-// so that both kinds of document have something to refer to and to
-// conflict with.
+// and a calendar quota (with an override) and a concurrency limit, which
+// Boulder's format cannot describe, so that both kinds of document have
+// something to refer to and to conflict with.
 func fuzzStore() *fakeStore {
 	st := newFakeStore(append(catalogue(),
 		lim("Existing", 100, limiter.RegID, 1, 1, time.Second),
 		lim("Str", 101, limiter.String, 1, 1, time.Second),
 		lim("Dom", 102, limiter.Domain, 1, 1, time.Second),
 		lim("Ident", 103, limiter.IdentValue, 1, 1, time.Second),
-		lim("Pair", 104, limiter.RegIDFQDNSet, 1, 1, time.Second))...)
+		lim("Pair", 104, limiter.RegIDFQDNSet, 1, 1, time.Second),
+		limiter.Limit{Name: "Quota", Enum: 105, IDFormat: limiter.String, Calendar: limiter.CalendarDay, TimeZone: "UTC", Params: params(5, 5, 0)},
+		limiter.Limit{Name: "Leases", Enum: 106, IDFormat: limiter.String, Kind: limiter.KindConcurrency, Params: params(5, 5, time.Second)})...)
+	st.withOverride(limiter.Override{Limit: "Quota", BucketID: "q", Params: params(9, 9, 0), Enabled: true})
 	return st.withOverride(limiter.Override{Limit: "Existing", BucketID: "1", Params: params(1, 1, time.Second), Enabled: true})
 }
 
@@ -47,6 +51,8 @@ func FuzzParse(f *testing.F) {
 		"Dom:Example.com: {burst: 0, count: 1, period: 1us}\nStr:a:b: {unlimited: true, comment: yes}",
 		"X: {burst: 1, count: 1, period: 1s, id_format: string, enum: 2147483647, shadow: false}\nExisting: {burst: 2, count: 1, period: 1s}",
 		"NewOrdersPerAccount: {burst: 0x10, count: 0o10, period: 1h1m1s1ms1us1ns}",
+		"Quota: {burst: 5, count: 5, period: 24h}\nLeases: {burst: 5, count: 5, period: 1s}",
+		"- Quota: {burst: 5, count: 5, period: 24h, ids: [q]}\nLeases:x: {burst: 5, count: 5, period: 1s}",
 	} {
 		f.Add([]byte(s))
 	}

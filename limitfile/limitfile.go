@@ -141,6 +141,22 @@ func (e EntryError) Error() string {
 	return s + e.Message
 }
 
+// boulderProblem says why Boulder's formats cannot describe l or its
+// overrides, "" when they can: they know rate limits only, and a
+// concurrency limit or a calendar quota read back as one would be another
+// limit. Boulder's own loader refuses keys it does not know, so none is
+// added for them; an export leaves them out and says so in a comment, and
+// an import never turns a limit into another kind.
+func boulderProblem(l limiter.Limit) string {
+	switch {
+	case l.Quota():
+		return "limit " + l.Name + " is a calendar quota (" + string(l.Calendar) + "), which Boulder's format cannot describe"
+	case l.KindOf() == limiter.KindConcurrency:
+		return "limit " + l.Name + " is a concurrency limit, which Boulder's format cannot describe"
+	}
+	return ""
+}
+
 // Import parses data as a document of the given kind, checks every entry
 // against Let's Encrypt's catalogue and the limits in st, and writes all of
 // them in one call of st.Import, or nothing. When any entry is bad it
@@ -152,9 +168,11 @@ func (e EntryError) Error() string {
 // flag, so that a Boulder file, which knows none of them, can be imported
 // over limits configured here. Overrides name existing limits only; an
 // override that exists keeps its enabled flag and expiry (see
-// db.DB.Import). A key without a value is as if it were not there, and an
-// empty document writes nothing. YAML aliases are refused: they would let a
-// small document stand for millions of overrides, and no export has them.
+// db.DB.Import). An entry, of either kind of document, that names a
+// concurrency limit or a calendar quota is bad (see boulderProblem). A key
+// without a value is as if it were not there, and an empty document writes
+// nothing. YAML aliases are refused: they would let a small document stand
+// for millions of overrides, and no export has them.
 //
 // The checks read st before the write, so a limit changed in between can
 // still make st.Import fail with a conflict; it then writes nothing either.
@@ -218,7 +236,9 @@ func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte,
 // expires, so disabled overrides are left out and enabled ones are written
 // without their expiry: imported into another database they would apply
 // for ever. An override that has expired but is still enabled is written
-// like any other, since Export reads no clock.
+// like any other, since Export reads no clock. Concurrency limits and
+// calendar quotas, and their overrides, are left out too, each named in a
+// comment at the top (see boulderProblem).
 func Export(ctx context.Context, st Store, kind Kind) ([]byte, error) {
 	switch kind {
 	case Defaults:

@@ -183,8 +183,9 @@ func (r *overridesReader) mapEntry(k, v *yaml.Node) {
 }
 
 // limit returns the stored limit an entry names, reporting when there is
-// none: overrides documents never create limits, because a limit needs an
-// id format, which they cannot give.
+// none (overrides documents never create limits, because a limit needs an
+// id format, which they cannot give) or when Boulder's format cannot
+// describe it.
 func (r *overridesReader) limit(e *entry, name string) (limiter.Limit, bool) {
 	if !limiter.ValidName(name) {
 		e.fail(0, "", fmt.Sprintf("%q is not a limit name: %s", clip(name), limiter.NameProblem(name)))
@@ -193,8 +194,13 @@ func (r *overridesReader) limit(e *entry, name string) (limiter.Limit, bool) {
 	l, ok := r.limits[name]
 	if !ok {
 		e.fail(0, "", "limit "+name+" does not exist; import it with the defaults first")
+		return l, false
 	}
-	return l, ok
+	if msg := boulderProblem(l); msg != "" {
+		e.fail(0, "", msg+"; set its overrides with POST /v1/overrides")
+		return l, false
+	}
+	return l, true
 }
 
 // readOverrideParams reads what an entry gives its buckets. Parameters

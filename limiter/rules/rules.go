@@ -120,9 +120,13 @@ func DescriptorSizeProblem(n int) string {
 }
 
 // CheckLimit says what keeps limit l from serving r, "" when nothing does:
-// several non-fixed values, or none, make a bucket id that only the string
-// format accepts.
+// a concurrency limit, whose leases a ShouldRateLimit call cannot hold
+// (nothing would release them); or several non-fixed values, or none,
+// which make a bucket id that only the string format accepts.
 func CheckLimit(r limiter.Rule, l limiter.Limit) string {
+	if l.KindOf() == limiter.KindConcurrency {
+		return "is a concurrency limit: Envoy's ShouldRateLimit cannot acquire and release leases; a rule needs a rate limit or a calendar quota"
+	}
 	if FreeEntries(r) != 1 && l.IDFormat != limiter.String {
 		return "the limit's id_format must be string: a rule with no entry or several entries without a fixed value joins their values into the bucket id"
 	}

@@ -163,6 +163,14 @@ func TestRuleValidate(t *testing.T) {
 	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "x", "b", "")}, ip); msg != "" {
 		t.Errorf("one free entry refused: %s", msg)
 	}
+	leases := limiter.Limit{IDFormat: limiter.String, Kind: limiter.KindConcurrency}
+	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "")}, leases); msg == "" {
+		t.Error("a concurrency limit accepted for a rule")
+	}
+	quota := limiter.Limit{IDFormat: limiter.String, Calendar: limiter.CalendarDay, TimeZone: "UTC"}
+	if msg := CheckLimit(limiter.Rule{Descriptor: entries("a", "")}, quota); msg != "" {
+		t.Errorf("a calendar quota refused for a rule: %s", msg)
+	}
 }
 
 // TestMatchWildcards holds the wildcard as envoyproxy/ratelimit defines it:

@@ -32,10 +32,11 @@ func main() {
 
 	// 2. A limit of Let's Encrypt's catalogue; unit and shadow left out.
 	orders, err := admin.PutLimitWithResponse(ctx, "NewOrdersPerAccount",
-		ratelimitd.LimitPut{IdFormat: ratelimitd.RegId, Burst: 300, Count: 300, Period: "3h"})
+		ratelimitd.LimitPut{IdFormat: ratelimitd.RegId, Burst: ptr(int64(300)), Count: ptr(int64(300)), Period: ptr("3h")})
 	expect(err, orders.HTTPResponse, orders.Body, http.StatusCreated)
 	l := orders.JSON201
-	check(l.Enum == 3 && l.Period == "3h0m0s" && l.Unit == "requests" && !l.Shadow, "the created limit: %s", orders.Body)
+	check(l.Enum == 3 && l.Period != nil && *l.Period == "3h0m0s" && l.Kind == ratelimitd.Rate && l.Calendar == nil &&
+		l.Unit == "requests" && !l.Shadow, "the created limit: %s", orders.Body)
 
 	// 3. A token of scope decide, its secret shown once.
 	created, err := admin.CreateTokenWithResponse(ctx, ratelimitd.TokenCreate{Name: "orders-service", Scope: ratelimitd.Decide})
@@ -52,7 +53,7 @@ func main() {
 
 	// 5. A limit outside the catalogue gets the enum 100.
 	resets, err := admin.PutLimitWithResponse(ctx, "PasswordResetsPerAccount",
-		ratelimitd.LimitPut{IdFormat: ratelimitd.RegId, Burst: 1, Count: 1, Period: "1m"})
+		ratelimitd.LimitPut{IdFormat: ratelimitd.RegId, Burst: ptr(int64(1)), Count: ptr(int64(1)), Period: ptr("1m")})
 	expect(err, resets.HTTPResponse, resets.Body, http.StatusCreated)
 	check(resets.JSON201.Enum == 100, "the second limit: %s", resets.Body)
 
