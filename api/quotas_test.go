@@ -156,3 +156,23 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// TestBlockedQuota: an override of count 0 blocks a quota's bucket, and
+// every route answers it (it once divided by the count).
+func TestBlockedQuota(t *testing.T) {
+	e := newEnv(t)
+	e.putLimit("Daily", obj{"id_format": "string", "count": 5, "calendar": "day", "time_zone": "Europe/Paris"})
+	e.override(obj{"limit": "Daily", "bucket_id": "banned", "count": 0})
+	e.waitSource("Daily", "banned", limiter.SourceOverride)
+	for _, op := range []string{"spend", "check", "refund", "settle"} {
+		b := bucket("Daily", "banned", 1)
+		if op == "settle" {
+			b = obj{"limit": "Daily", "bucket_id": "banned", "actual": 1}
+		}
+		r, res := e.decided(op, e.admin, b)
+		d := r.Decisions[0]
+		if res.status != http.StatusOK || op != "refund" && d.reason() != "blocked" || d.Burst != 0 || d.Count != 0 {
+			t.Errorf("%s: %d %s", op, res.status, res.body)
+		}
+	}
+}
