@@ -198,7 +198,10 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	}
 	rec := LeaseRecord{ID: NewLeaseID(), Expires: now.Add(ttl).UnixMicro(), MaxTTL: maxTTL}
 	acquired := false
-	if len(batch) > 0 && l.leaseLocal(decisions, pos) {
+	if l.leaseLocal(decisions, pos) {
+		// The store records the lease even when no bucket of it needs
+		// holding (unlimited ones only), so that its release and renewal
+		// answer as any lease's do.
 		acquired, err = l.store.Acquire(ctx, now, &rec, batch)
 		if err != nil {
 			l.leaseFailed(err)
@@ -210,11 +213,6 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 			// nothing.
 			return LeaseResult{Result: res, Lease: &Lease{ID: rec.ID, Expires: time.UnixMicro(rec.Expires)}}, nil
 		}
-		for i, p := range pos {
-			if p >= 0 {
-				decisions[i].Outcome = batch[p].Outcome
-			}
-		}
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
 		if err := l.store.Held(ctx, now, batch); err != nil {
@@ -222,23 +220,15 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 			return LeaseResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		LeaseStep(nowUS, 0, batch)
-		for i, p := range pos {
-			if p >= 0 {
-				decisions[i].Outcome = batch[p].Outcome
-			}
+	}
+	for i, p := range pos {
+		if p >= 0 {
+			decisions[i].Outcome = batch[p].Outcome
 		}
-	} else {
-		// Every bucket was decided here (unlimited or blocked).
-		acquired = allowedOutsideShadow(decisions)
 	}
 	res := summarize(decisions)
-	if !acquired && res.Allowed {
-		// Unlimited buckets only: nothing needs holding, yet the caller
-		// gets a lease to release as always.
-		acquired = true
-	}
 	out := LeaseResult{Result: res}
-	if acquired && res.Allowed {
+	if acquired {
 		out.Lease = &Lease{ID: rec.ID, Expires: time.UnixMicro(rec.Expires)}
 	}
 	if l.observeLease != nil {
@@ -312,15 +302,6 @@ func (l *Limiter) observeLeaseKeys(e LeaseEvent, keys []string) {
 func (l *Limiter) leaseLocal(decisions []Decision, pos []int) bool {
 	for i, p := range pos {
 		if p < 0 && !decisions[i].Allowed && !decisions[i].Shadow {
-			return false
-		}
-	}
-	return true
-}
-
-func allowedOutsideShadow(decisions []Decision) bool {
-	for i := range decisions {
-		if !decisions[i].Allowed && !decisions[i].Shadow {
 			return false
 		}
 	}

@@ -116,3 +116,36 @@ func isField(err error, field string) bool {
 	}
 	return false
 }
+
+// TestCheckDeniedByALeaseBucket: a check that a full concurrency bucket
+// denies reports what its rate buckets hold, not what they would after
+// the cost, as any denied check does.
+func TestCheckDeniedByALeaseBucket(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, build(t, []limiter.Limit{calls("Calls", 130, 1, time.Minute), orders()}))
+	if res, err := f.l.Acquire(context.Background(), []limiter.Request{req("Calls", "a", 1)}, 0); err != nil || res.Lease == nil {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	res := f.decide(t, limiter.Check, req("NewOrdersPerAccount", "1", 1), req("Calls", "a", 1))
+	if d := res.Decisions; res.Allowed || !d[0].Allowed || d[0].Remaining != 300 || d[1].Allowed || d[1].Held != 1 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// TestLeaseOfUnlimitedBuckets: a lease that holds nothing, its buckets
+// being unlimited, is still a lease: it releases and renews.
+func TestLeaseOfUnlimitedBuckets(t *testing.T) {
+	snap := build(t, []limiter.Limit{calls("Calls", 130, 1, time.Minute)},
+		limiter.Override{Limit: "Calls", BucketID: "vip", Enabled: true, Unlimited: true})
+	f := newFixture(t, limiter.Config{}, snap)
+	ctx := context.Background()
+	res, err := f.l.Acquire(ctx, []limiter.Request{req("Calls", "vip", 1)}, 0)
+	if err != nil || res.Lease == nil {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	if _, err := f.l.Renew(ctx, res.Lease.ID, 0); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if ok, err := f.l.Release(ctx, res.Lease.ID); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+}

@@ -251,6 +251,11 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 		LeaseStep(now.UnixMicro(), 0, sc.leases)
+		// A full concurrency bucket denies the check as a whole, as a
+		// bucket decided here does.
+		for i := range sc.leases {
+			localDenial = localDenial || !sc.leases[i].Outcome.Allowed && !sc.leases[i].Shadow
+		}
 	}
 	for i, p := range sc.pos {
 		switch {
@@ -261,9 +266,10 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 		}
 	}
 	if localDenial && (op == Spend || op == Check) && within(sc.batch) {
-		// A bucket decided here denies the spend or check, which the
-		// store did not see: its buckets that allow their cost report
-		// what they hold, as StepBatch reports a denied batch.
+		// A bucket decided here, or a concurrency bucket, denies the
+		// spend or check, which the rate buckets' store call did not see:
+		// its buckets that allow their cost report what they hold, as
+		// StepBatch reports a denied batch.
 		for i, p := range sc.pos {
 			if p >= 0 {
 				b := &sc.batch[p]

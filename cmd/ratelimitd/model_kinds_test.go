@@ -23,9 +23,10 @@ const (
 // quotaZones are the zones the generator gives quotas: one with a
 // daylight-saving change of an hour, one across the Atlantic, one whose
 // offset is not whole hours, and UTC.
-var quotaZones = []string{"Europe/Paris", "America/New_York", "Asia/Kolkata", "UTC"}
+var quotaZones = []string{"Europe/Paris", "Europe/Paris", "America/New_York", "America/New_York", "Asia/Kolkata", "UTC"}
 
-var quotaCalendars = []string{"hour", "day", "week", "month", "year"}
+// quotaCalendars repeats day, which a daylight-saving change shows.
+var quotaCalendars = []string{"hour", "day", "day", "day", "week", "month", "year"}
 
 // modelWindow returns the window of calendar c in zone that holds now (µs):
 // its start and end in µs. Hours are the real hours whose local minute is
@@ -185,7 +186,11 @@ func (g *generator) putKindLimit(s slot) op {
 	}
 	switch n := g.r.IntN(12); {
 	case n == 0 && g.m.limits[s.name] != nil:
-		// A change of kind: refused while the limit exists.
+		// A change of kind: refused while the limit exists. A shortened
+		// sequence may have dropped the limit's creation; then the
+		// driver sends nothing, so that no limit takes another kind
+		// than its slot's.
+		o.ifExists = true
 		o.limitKind = map[string]string{kindConcurrency: kindRate, kindQuota: kindConcurrency}[s.kind]
 		o.params = g.kindParams(o.limitKind, false)
 		o.calendar, o.zone = "", ""
@@ -228,28 +233,33 @@ func (g *generator) leaseLabel() string {
 	return "never"
 }
 
-// jump moves the clock to just before a boundary that quotas care about:
-// a local midnight, the end of a month, a daylight-saving change in
-// Paris, or 29 February.
+// jump moves the clock to just before a boundary that quotas care about,
+// in the zone of the quota slot's limit (Paris when it has none): the end
+// of its current window, a daylight-saving change, the end of a month, or
+// 29 February.
 func (g *generator) jump() op {
 	now := time.UnixMicro(g.m.now)
-	paris, _ := time.LoadLocation("Europe/Paris")
+	calendar, zone := "day", "Europe/Paris"
+	if l := g.m.limits["Quota"]; l != nil && l.kind == kindQuota {
+		calendar, zone = l.calendar, l.zone
+	}
+	loc, _ := time.LoadLocation(zone)
 	var target time.Time
 	switch g.r.IntN(4) {
 	case 0:
-		t := now.In(paris)
-		target = time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, paris).Add(-time.Second)
+		_, end := modelWindow(calendar, zone, g.m.now)
+		target = time.UnixMicro(end).Add(-time.Second)
 	case 1:
-		t := now.UTC()
-		target = time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Millisecond)
+		target = nextOffsetChange(now, loc).Add(-2 * time.Second)
 	case 2:
-		target = nextOffsetChange(now, paris).Add(-2 * time.Second)
+		t := now.In(loc)
+		target = time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, loc).Add(-time.Millisecond)
 	default:
 		y := now.Year() + 1
 		for y%4 != 0 || y%100 == 0 && y%400 != 0 {
 			y++
 		}
-		target = time.Date(y, 2, 29, 23, 59, 59, 0, paris)
+		target = time.Date(y, 2, 29, 23, 59, 59, 0, loc)
 	}
 	if !target.After(now) {
 		return op{kind: opClock, step: time.Second}
@@ -258,22 +268,27 @@ func (g *generator) jump() op {
 }
 
 // nextOffsetChange finds the next instant after t at which loc's offset
-// changes, by halving the year ahead.
+// changes: a week at a time, then by halving; a year ahead for a zone
+// that keeps its offset.
 func nextOffsetChange(t time.Time, loc *time.Location) time.Time {
 	_, off := t.In(loc).Zone()
-	lo, hi := t, t.AddDate(1, 0, 0)
-	if _, o := hi.In(loc).Zone(); o == off {
-		return hi // no change within a year (not in Paris)
-	}
-	for hi.Sub(lo) > time.Second {
-		mid := lo.Add(hi.Sub(lo) / 2)
-		if _, o := mid.In(loc).Zone(); o == off {
-			lo = mid
-		} else {
-			hi = mid
+	lo := t
+	for range 53 {
+		hi := lo.Add(7 * 24 * time.Hour)
+		if _, o := hi.In(loc).Zone(); o != off {
+			for hi.Sub(lo) > time.Second {
+				mid := lo.Add(hi.Sub(lo) / 2)
+				if _, o := mid.In(loc).Zone(); o == off {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			return hi.Truncate(time.Second)
 		}
+		lo = hi
 	}
-	return hi.Truncate(time.Second)
+	return lo
 }
 
 // nextKinds draws one of the operations of leases and quotas, or reports
@@ -292,7 +307,7 @@ func (g *generator) nextKinds() (op, bool) {
 		return o, true
 	case n < 16:
 		return op{kind: opRelease, lease: "malformed"}, true
-	case n < 18:
+	case n < 19:
 		return g.jump(), true
 	case n < 25:
 		o := g.decision(pick(g.r, []opKind{opSpend, opSpend, opCheck, opRefund}))
@@ -389,6 +404,12 @@ func kindLimitJSON(o *op) map[string]any {
 // putKindLimit: PUT /v1/limits/{name} of a concurrency limit or quota.
 func (m *model) putKindLimit(o *op, a answer) string {
 	old := m.limits[o.limit]
+	if o.ifExists && old == nil {
+		if !a.skipped {
+			return mismatchf("a change of kind of no limit was sent")
+		}
+		return ""
+	}
 	if o.badField != "" {
 		return expectStatus(a, 422)
 	}

@@ -177,6 +177,8 @@ type answer struct {
 	race []answer
 	// order says how a problem's field errors are out of body order.
 	order string
+	// skipped reports an operation the driver did not send (op.ifExists).
+	skipped bool
 }
 
 // mismatchf words a difference between the service and the model.

@@ -192,6 +192,8 @@ type op struct {
 	// such a PUT invalid.
 	limitKind, calendar, zone string
 	badField                  string
+	// ifExists sends the PUT only if the limit exists (a change of kind).
+	ifExists bool
 	// lease labels the lease of an acquire, release or renew; ttlMS is
 	// their ttl_ms, -1 to leave it out.
 	lease string
@@ -859,6 +861,9 @@ func (d *driver) overrideID(limit, id string) string {
 func (d *driver) do(o *op) answer {
 	switch o.kind {
 	case opPutLimit:
+		if o.ifExists && d.call(http.MethodGet, "/v1/limits/"+o.limit, "", "", nil).status == http.StatusNotFound {
+			return answer{skipped: true}
+		}
 		if o.limitKind != "" {
 			return d.json(http.MethodPut, "/v1/limits/"+o.limit, kindLimitJSON(o))
 		}
