@@ -52,9 +52,6 @@ type envOptions struct {
 	failOpen       bool
 	store          limiter.Store
 	web            fs.FS
-	// limits and overrides join the database's in every snapshot.
-	limits    []limiter.Limit
-	overrides []limiter.Override
 }
 
 // envOption changes how newEnv builds the service.
@@ -76,30 +73,6 @@ func noSync() envOption { return func(o *envOptions) { o.noSync = true } }
 // silent keeps the database's change notifications from the loader, which
 // then sees a change only when a write waits for it.
 func silent() envOption { return func(o *envOptions) { o.silent = true } }
-
-// withLimits adds limits to every snapshot the loader builds, beside the
-// database's, each with an enum of its own from 900 up: concurrency limits
-// and calendar quotas, which the database cannot hold yet. Their overrides
-// come with withOverrides.
-func withLimits(ls ...limiter.Limit) envOption {
-	return func(o *envOptions) {
-		for _, l := range ls {
-			l.Enum = 900 + len(o.limits)
-			o.limits = append(o.limits, l)
-		}
-	}
-}
-
-// withOverrides adds enabled overrides of withLimits' limits to every
-// snapshot.
-func withOverrides(os ...limiter.Override) envOption {
-	return func(o *envOptions) {
-		for _, ov := range os {
-			ov.Enabled = true
-			o.overrides = append(o.overrides, ov)
-		}
-	}
-}
 
 // withWeb serves the admin page's files from web.
 func withWeb(web fs.FS) envOption { return func(o *envOptions) { o.web = web } }
@@ -139,9 +112,6 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	var src loader.Source = d
 	if o.silent {
 		src = silentSource{d}
-	}
-	if len(o.limits) > 0 {
-		src = extraSource{Source: src, limits: o.limits, overrides: o.overrides}
 	}
 	admin, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(d.ListTokens, admin, log)
@@ -191,34 +161,6 @@ type silentSource struct{ *db.DB }
 func (silentSource) Watch(ctx context.Context, _ func()) error {
 	<-ctx.Done()
 	return ctx.Err()
-}
-
-// extraSource is a database whose full reads hold more limits and
-// overrides than it does.
-type extraSource struct {
-	loader.Source
-	limits    []limiter.Limit
-	overrides []limiter.Override
-}
-
-// Full reads the extra limits, the database's limits and overrides, then
-// the extra overrides.
-func (s extraSource) Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error) {
-	for _, l := range s.limits {
-		if err := onLimit(l); err != nil {
-			return 0, err
-		}
-	}
-	version, err := s.Source.Full(ctx, onLimit, onOverride)
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range s.overrides {
-		if err := onOverride(o); err != nil {
-			return 0, err
-		}
-	}
-	return version, nil
 }
 
 // withT returns a copy of e that reports to t, for a fuzz target's

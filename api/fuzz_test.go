@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
@@ -15,11 +14,15 @@ import (
 // may be a 5xx (a panic is one), every answer must match openapi.yaml, and
 // an error never carries a decision.
 func FuzzDecisionHandlers(f *testing.F) {
-	e := newEnv(f, withLimits(concurrency("Calls", 3, 30*time.Second)))
+	e := newEnv(f)
+	e.leaseLimit("Calls", 3, "30s")
+	e.quota("Daily", "day", "Europe/Paris", 10)
 	e.limit("PerAccount", "reg_id", 5, 5, "1s")
 	e.limit("PerName", "domain_or_cidr", 5, 5, "1s")
 	e.putLimit("Shadowed", obj{"id_format": "fqdn_set", "burst": 1, "count": 1, "period": "1h", "shadow": true})
 	o := e.override(obj{"limit": "PerAccount", "bucket_id": "666", "burst": 0, "count": 1, "period": "1s"})
+	e.override(obj{"limit": "Calls", "bucket_id": "wide", "burst": 10, "period": "1m"})
+	e.override(obj{"limit": "Daily", "bucket_id": "blocked", "count": 0})
 	// The write routes that take JSON bodies.
 	fuzzTargets := []struct{ method, path string }{
 		{"POST", "/v1/spend"},
@@ -50,6 +53,12 @@ func FuzzDecisionHandlers(f *testing.F) {
 		`{"name":"fuzz","scope":"decide"}`,
 		`{"buckets":[{"limit":"Calls","bucket_id":"a","cost":2}],"ttl_ms":1000}`,
 		`{"buckets":[{"limit":"Calls","bucket_id":"a"},{"limit":"PerAccount","bucket_id":"1"}],"ttl_ms":0}`,
+		`{"buckets":[{"limit":"Daily","bucket_id":"a","cost":4},{"limit":"Daily","bucket_id":"blocked"}]}`,
+		`{"buckets":[{"limit":"Calls","bucket_id":"wide","cost":10}],"ttl_ms":60000}`,
+		`{"id_format":"string","kind":"concurrency","burst":2,"period":"1s"}`,
+		`{"id_format":"string","calendar":"month","time_zone":"Pacific/Chatham","count":1}`,
+		`{"limit":"Daily","bucket_id":"b","count":5}`,
+		`{"limit":"Calls","bucket_id":"b","burst":1,"period":"24h"}`,
 		`{"lease_id":"` + lease + `"}`,
 		`{"lease_id":"` + lease + `","ttl_ms":99999999999999999999}`,
 		`[]`, `null`, `{`, ``, `{"buckets":[{}]}`,

@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/internal/testenv"
 	"github.com/ratelimitd/ratelimitd/limiter"
-	"github.com/ratelimitd/ratelimitd/limiter/storetest"
+	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
 
-// Concurrency limits reach these tests' snapshots through withLimits: the
-// REST API cannot create them yet.
-
-// concurrency is a concurrency limit of string ids.
-func concurrency(name string, burst int64, period time.Duration) limiter.Limit {
-	return limiter.Limit{Name: name, IDFormat: limiter.String, Kind: limiter.KindConcurrency,
-		Params: limiter.Params{Burst: burst, Count: burst, Period: period}}
+// leaseLimit creates a concurrency limit of string ids through the API.
+func (e *env) leaseLimit(name string, burst int, period string) {
+	e.t.Helper()
+	e.putLimit(name, obj{"id_format": "string", "kind": "concurrency", "burst": burst, "period": period})
 }
 
 // leaseAnswer is an acquire's answer.
@@ -60,11 +60,15 @@ func held(t *testing.T, d decision) int64 {
 	return *d.Held
 }
 
-// TestLeaseStory is the lease story of docs/api.md, step by step.
+// TestLeaseStory is the lease story of docs/api.md, step by step, on
+// every store.
 func TestLeaseStory(t *testing.T) {
-	e := newEnv(t, withLimits(concurrency("ModelCalls", 3, 30*time.Second)))
+	storeEnvs(t, testLeaseStory)
+}
+
+func testLeaseStory(t *testing.T, e *env) {
+	e.leaseLimit("ModelCalls", 3, "30s")
 	e.limit("PerAccount", "reg_id", 3, 3, "3s")
-	e.waitLimit("PerAccount")
 	token := e.token("gateway", auth.Decide)
 	t0 := e.clock.Now()
 
@@ -152,10 +156,16 @@ func TestLeaseStory(t *testing.T) {
 
 // TestLeaseKinds: a lease takes concurrency buckets only, and those are
 // never spent, refunded or settled; each refusal names the bucket's limit.
+// A lease of two buckets holds both or neither, on every store: on a Redis
+// Cluster the two may lie in different slots.
 func TestLeaseKinds(t *testing.T) {
-	e := newEnv(t, withLimits(concurrency("Jobs", 2, time.Minute), concurrency("Exports", 5, 10*time.Second)))
+	storeEnvs(t, testLeaseKinds)
+}
+
+func testLeaseKinds(t *testing.T, e *env) {
+	e.leaseLimit("Jobs", 2, "1m")
+	e.leaseLimit("Exports", 5, "10s")
 	e.limit("PerAccount", "reg_id", 3, 3, "3s")
-	e.waitLimit("PerAccount")
 	for _, op := range []string{"spend", "refund"} {
 		p := e.decide(op, e.admin, bucket("PerAccount", "1", 1), bucket("Jobs", "a", 1)).expect(t, http.StatusUnprocessableEntity).problem(t)
 		wantFields(t, p, "buckets[1].limit")
@@ -187,12 +197,15 @@ func TestLeaseKinds(t *testing.T) {
 	}
 }
 
-// TestAcquiresAreExactUnderConcurrency: N concurrent acquires through HTTP
-// on a bucket of burst N admit exactly N.
+// TestAcquiresAreExactUnderConcurrency: concurrent acquires through HTTP
+// on a bucket of burst N admit exactly N, on every store.
 func TestAcquiresAreExactUnderConcurrency(t *testing.T) {
+	storeEnvs(t, testAcquiresAreExact)
+}
+
+func testAcquiresAreExact(t *testing.T, e *env) {
 	const burst, tries = 8, 40
-	e := newEnv(t, withLimits(concurrency("Calls", burst, time.Minute)))
-	e.waitLimit("Calls")
+	e.leaseLimit("Calls", burst, "1m")
 	token := e.token("gateway", auth.Decide)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -219,18 +232,27 @@ func TestAcquiresAreExactUnderConcurrency(t *testing.T) {
 	}
 }
 
-// TestLeaseOverrides: an override sets a bucket's burst; burst 0 blocks
-// it, and an unlimited one is always allowed.
+// TestLeaseOverrides: an override sets a bucket's burst, and its period
+// is the longest its leases live; burst 0 blocks the bucket, and an
+// unlimited one is always allowed. On every store.
 func TestLeaseOverrides(t *testing.T) {
-	e := newEnv(t, withLimits(concurrency("Calls", 2, time.Minute)), withOverrides(
-		limiter.Override{Limit: "Calls", BucketID: "big", Params: limiter.Params{Burst: 5, Count: 5, Period: time.Minute}},
-		limiter.Override{Limit: "Calls", BucketID: "banned", Params: limiter.Params{Burst: 0, Count: 0, Period: time.Minute}},
-		limiter.Override{Limit: "Calls", BucketID: "free", Unlimited: true},
-	))
-	e.waitLimit("Calls")
+	storeEnvs(t, testLeaseOverrides)
+}
+
+func testLeaseOverrides(t *testing.T, e *env) {
+	e.leaseLimit("Calls", 2, "1m")
+	e.override(obj{"limit": "Calls", "bucket_id": "big", "burst": 5, "period": "1m"})
+	e.override(obj{"limit": "Calls", "bucket_id": "brief", "burst": 2, "period": "5s"})
+	e.override(obj{"limit": "Calls", "bucket_id": "banned", "burst": 0, "period": "1m"})
+	e.override(obj{"limit": "Calls", "bucket_id": "free", "unlimited": true})
 	if a, _ := e.acquire(e.admin, 0, bucket("Calls", "big", 5)); !a.Allowed || a.Decisions[0].Source != "override" || a.Decisions[0].Burst != 5 {
 		t.Errorf("override: %+v", a)
 	}
+	if a, _ := e.acquire(e.admin, 0, bucket("Calls", "brief", 1)); !a.Allowed || !a.Lease.ExpiresAt.Equal(e.clock.Now().Add(5*time.Second)) {
+		t.Errorf("an override's period: %+v", a)
+	}
+	p := e.do("POST", "/v1/acquire", e.admin, obj{"buckets": []obj{bucket("Calls", "brief", 1)}, "ttl_ms": 5001}).expect(t, http.StatusUnprocessableEntity).problem(t)
+	wantFields(t, p, "ttl_ms")
 	a, res := e.acquire(e.admin, 0, bucket("Calls", "banned", 1))
 	if a.Allowed || a.Decisions[0].reason() != "blocked" || a.RetryAfterMS != -1 {
 		t.Errorf("blocked: %+v", a)
@@ -241,169 +263,211 @@ func TestLeaseOverrides(t *testing.T) {
 	}
 }
 
-func TestLeaseFailModes(t *testing.T) {
-	limits := withLimits(concurrency("Calls", 2, 30*time.Second))
-	id := limiter.NewLeaseID()
+// downStores are the stores that can fail, each with the client of its
+// kind; the fail modes do not apply to the in-process store, which never
+// fails.
+var downStores = []struct{ name, scheme string }{{"redis", "redis"}, {"cluster", "redis+cluster"}}
 
-	t.Run("open", func(t *testing.T) {
-		e := newEnv(t, failOpen(), withStore(storetest.Down{Err: errStoreDown}), limits)
-		e.waitLimit("Calls")
-		a, res := e.acquire(e.admin, 0, bucket("Calls", "a", 1))
-		if !a.Allowed || !a.Degraded || a.Lease == nil || !a.Lease.ExpiresAt.Equal(e.clock.Now().Add(30*time.Second)) {
-			t.Fatalf("acquire: %s", res.body)
-		}
-		wantHeaders(t, res, "", "", "")
-		for _, lease := range []string{a.Lease.ID, id} {
-			res := e.do("POST", "/v1/release", e.admin, obj{"lease_id": lease}).expect(t, http.StatusOK)
-			if got := strings.TrimSpace(string(res.body)); got != `{"released":false,"degraded":true}` {
-				t.Errorf("release: %s", got)
-			}
-		}
-		var renewed struct {
-			Lease    leaseAnswer
-			Degraded bool
-		}
-		e.do("POST", "/v1/renew", e.admin, obj{"lease_id": id, "ttl_ms": 5000}).expect(t, http.StatusOK).json(t, &renewed)
-		if renewed.Lease.ID != id || !renewed.Degraded || !renewed.Lease.ExpiresAt.Equal(e.clock.Now().Add(5*time.Second)) {
-			t.Errorf("renew: %+v", renewed)
-		}
-		e.do("POST", "/v1/renew", e.admin, obj{"lease_id": id}).expect(t, http.StatusOK).json(t, &renewed)
-		if !renewed.Lease.ExpiresAt.Equal(e.clock.Now().Add(limiter.MaxLeasePeriod)) {
-			t.Errorf("renew without ttl_ms: %+v", renewed)
-		}
-		// Still a 422 for what no store needs to refuse.
-		e.do("POST", "/v1/renew", e.admin, obj{"lease_id": "lse_x"}).expect(t, http.StatusUnprocessableEntity)
-	})
-
-	t.Run("closed", func(t *testing.T) {
-		e := newEnv(t, withStore(storetest.Down{Err: errStoreDown}), limits)
-		e.waitLimit("Calls")
-		for path, body := range map[string]obj{
-			"/v1/acquire": {"buckets": []obj{bucket("Calls", "a", 1)}},
-			"/v1/release": {"lease_id": id},
-			"/v1/renew":   {"lease_id": id},
-			"/v1/check":   {"buckets": []obj{bucket("Calls", "a", 0)}},
-		} {
-			res := e.do("POST", path, e.admin, body).expect(t, http.StatusServiceUnavailable)
-			if p := res.problem(t); p.RequestID == "" || contains(res.body, "allowed") || contains(res.body, "released") || contains(res.body, "refused") {
-				t.Errorf("%s: %s", path, res.body)
-			}
-		}
-	})
+// downStore returns a store whose Redis server was started and stopped:
+// every call is refused, as when Redis goes away.
+func downStore(t *testing.T, scheme string) limiter.Store {
+	rs := testenv.RedisServer(t)
+	rs.Stop()
+	opts, err := redisstore.ParseURL(scheme + "://" + rs.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewUniversalClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return redisstore.New(c, redisstore.Options{Prefix: testenv.RandomName("rltest:") + ":"})
 }
 
-// TestHostileLeaseBodies sends the bodies a careless or hostile client
-// sends to the lease routes, on both engines: each is a 400 or 422 naming
-// the field, never a 5xx, and nothing is held or freed.
-func TestHostileLeaseBodies(t *testing.T) {
-	for _, eng := range engines {
-		t.Run(eng.name, func(t *testing.T) {
-			e := newEnv(t, append(eng.opts[:len(eng.opts):len(eng.opts)], withLimits(concurrency("Calls", 2, 30*time.Second)))...)
-			e.limit("PerAccount", "reg_id", 5, 5, "5s")
-			e.waitLimit("PerAccount")
-			lease, _ := e.acquire(e.admin, 0, bucket("Calls", "d", 1))
-			id := lease.Lease.ID
-			ttl := "must be an integer from 1 to 86400000 (milliseconds); leave it out for the longest the lease's limits allow"
-			leaseID := "must be a lease id as acquire returns it (lse_ and 26 characters)"
-			acquire := func(more string) string {
-				return `{"buckets":[{"limit":"Calls","bucket_id":"d"}]` + more + `}`
+// TestLeaseFailModes: with the store down, the lease routes answer as the
+// fail mode says: open, allowed and degraded, releasing nothing; closed, a
+// 503 that carries no answer.
+func TestLeaseFailModes(t *testing.T) {
+	id := limiter.NewLeaseID()
+	for _, st := range downStores {
+		t.Run(st.name+"/open", func(t *testing.T) {
+			e := newEnv(t, failOpen(), withStore(downStore(t, st.scheme)))
+			e.leaseLimit("Calls", 2, "30s")
+			a, res := e.acquire(e.admin, 0, bucket("Calls", "a", 1))
+			if !a.Allowed || !a.Degraded || a.Lease == nil || !a.Lease.ExpiresAt.Equal(e.clock.Now().Add(30*time.Second)) {
+				t.Fatalf("acquire: %s", res.body)
 			}
-			cases := []struct {
-				path, body string
-				status     int
-				// errors are the problem's field errors, exactly; nil
-				// checks none.
-				errors map[string]string
-			}{
-				{"/v1/acquire", acquire(`,"ttl_ms":0`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":-1`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":-0`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":86400001`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":99999999999999999999`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":-99999999999999999999`), 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/acquire", acquire(`,"ttl_ms":30001`), 422, nil},
-				{"/v1/acquire", acquire(`,"ttl_ms":1.5`), 400, map[string]string{"ttl_ms": "must be an integer"}},
-				{"/v1/acquire", acquire(`,"ttl_ms":1e3`), 400, map[string]string{"ttl_ms": "must be an integer"}},
-				{"/v1/acquire", acquire(`,"ttl_ms":"1000"`), 400, nil},
-				{"/v1/acquire", acquire(`,"ttl_ms":null`), 400, nil},
-				{"/v1/acquire", acquire(`,"ttl_ms":1000,"ttl_ms":2000`), 400, map[string]string{"ttl_ms": "duplicate key"}},
-				{"/v1/acquire", acquire(`,"lease_id":"x"`), 400, map[string]string{"lease_id": "unknown field"}},
-				{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":0}]}`, 422, nil},
-				{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":-1}],"ttl_ms":0}`, 422, nil},
-				{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":99999999999999999999}]}`, 422, nil},
-				{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d"},{"limit":"Calls","bucket_id":"d"}]}`, 422, nil},
-				{"/v1/acquire", `{"buckets":[{"limit":"Nope","bucket_id":"d"}],"ttl_ms":1000}`, 422, nil},
-				{"/v1/acquire", "{\"buckets\":[{\"limit\":\"Calls\",\"bucket_id\":\"d\xff\"}]}", 400, nil},
-				{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"a\u0000b"}]}`, 422, nil},
-				{"/v1/acquire", `{"buckets":[]}`, 422, map[string]string{"buckets": "must hold at least 1 items"}},
-				{"/v1/acquire", `{"ttl_ms":1000}`, 422, map[string]string{"buckets": "is required"}},
-				{"/v1/release", `{}`, 422, map[string]string{"lease_id": "is required"}},
-				{"/v1/release", `{"lease_id":""}`, 422, map[string]string{"lease_id": leaseID}},
-				{"/v1/release", `{"lease_id":"` + strings.ToUpper(id) + `"}`, 422, map[string]string{"lease_id": leaseID}},
-				{"/v1/release", `{"lease_id":"` + id + `a"}`, 422, map[string]string{"lease_id": leaseID}},
-				{"/v1/release", `{"lease_id":"../../etc/passwd"}`, 422, map[string]string{"lease_id": leaseID}},
-				{"/v1/release", `{"lease_id":"lse_\u0000"}`, 422, nil},
-				{"/v1/release", "{\"lease_id\":\"lse_\xff\"}", 400, nil},
-				{"/v1/release", `{"lease_id":12}`, 400, map[string]string{"lease_id": "must be a string"}},
-				{"/v1/release", `{"lease_id":null}`, 400, nil},
-				{"/v1/release", `{"lease_id":"` + id + `","lease_id":"` + id + `"}`, 400, map[string]string{"lease_id": "duplicate key"}},
-				{"/v1/release", `{"lease_id":"` + id + `","ttl_ms":1000}`, 400, map[string]string{"ttl_ms": "unknown field"}},
-				{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":0}`, 422, map[string]string{"ttl_ms": ttl}},
-				{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":30001}`, 422, nil},
-				{"/v1/renew", `{"lease_id":"nope","ttl_ms":-5}`, 422, map[string]string{"lease_id": leaseID, "ttl_ms": ttl}},
-				{"/v1/renew", `{"ttl_ms":99999999999999999999}`, 422, map[string]string{"lease_id": "is required", "ttl_ms": ttl}},
-				{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":1.0}`, 400, nil},
-				{"/v1/renew", `[]`, 400, nil},
+			wantHeaders(t, res, "", "", "")
+			for _, lease := range []string{a.Lease.ID, id} {
+				res := e.do("POST", "/v1/release", e.admin, obj{"lease_id": lease}).expect(t, http.StatusOK)
+				if got := strings.TrimSpace(string(res.body)); got != `{"released":false,"degraded":true}` {
+					t.Errorf("release: %s", got)
+				}
 			}
-			for _, c := range cases {
-				t.Run(c.path+" "+c.body, func(t *testing.T) {
-					p := e.do("POST", c.path, e.admin, c.body).expect(t, c.status).problem(t)
-					if len(p.Errors) == 0 {
-						t.Errorf("no field named: %+v", p)
-					}
-					if c.errors == nil {
-						return
-					}
-					got := fieldErrors(p)
-					// The wording of a wrong type is input's; only its start
-					// is checked.
-					for f, msg := range c.errors {
-						if strings.HasPrefix(got[f], msg) {
-							got[f] = msg
-						}
-					}
-					if !maps.Equal(got, c.errors) {
-						t.Errorf("errors %v, want %v", p.Errors, c.errors)
-					}
-				})
+			var renewed struct {
+				Lease    leaseAnswer
+				Degraded bool
 			}
-			// Nothing was held or freed: the one lease still holds its unit.
-			if r, _ := e.decided("check", e.admin, bucket("Calls", "d", 0)); held(t, r.Decisions[0]) != 1 {
-				t.Errorf("held %+v", r.Decisions[0])
+			e.do("POST", "/v1/renew", e.admin, obj{"lease_id": id, "ttl_ms": 5000}).expect(t, http.StatusOK).json(t, &renewed)
+			if renewed.Lease.ID != id || !renewed.Degraded || !renewed.Lease.ExpiresAt.Equal(e.clock.Now().Add(5*time.Second)) {
+				t.Errorf("renew: %+v", renewed)
+			}
+			e.do("POST", "/v1/renew", e.admin, obj{"lease_id": id}).expect(t, http.StatusOK).json(t, &renewed)
+			if !renewed.Lease.ExpiresAt.Equal(e.clock.Now().Add(limiter.MaxLeasePeriod)) {
+				t.Errorf("renew without ttl_ms: %+v", renewed)
+			}
+			// Still a 422 for what no store needs to refuse.
+			e.do("POST", "/v1/renew", e.admin, obj{"lease_id": "lse_x"}).expect(t, http.StatusUnprocessableEntity)
+		})
+
+		t.Run(st.name+"/closed", func(t *testing.T) {
+			e := newEnv(t, withStore(downStore(t, st.scheme)))
+			e.leaseLimit("Calls", 2, "30s")
+			for path, body := range map[string]obj{
+				"/v1/acquire": {"buckets": []obj{bucket("Calls", "a", 1)}},
+				"/v1/release": {"lease_id": id},
+				"/v1/renew":   {"lease_id": id},
+				"/v1/check":   {"buckets": []obj{bucket("Calls", "a", 0)}},
+			} {
+				res := e.do("POST", path, e.admin, body).expect(t, http.StatusServiceUnavailable)
+				if p := res.problem(t); p.RequestID == "" || contains(res.body, "allowed") || contains(res.body, "released") || contains(res.body, "refused") {
+					t.Errorf("%s: %s", path, res.body)
+				}
 			}
 		})
 	}
 }
 
-// TestLeaseMetrics counts leases by limit and event, never by bucket.
+// TestHostileLeaseBodies sends the bodies a careless or hostile client
+// sends to the lease routes, on both engines and every store: each is a
+// 400 or 422 naming the field, never a 5xx, and nothing is held or freed.
+func TestHostileLeaseBodies(t *testing.T) {
+	for _, eng := range engines {
+		for _, st := range stores {
+			t.Run(eng.name+"/"+st.name, func(t *testing.T) {
+				opts := eng.opts
+				if s := st.store(t); s != nil {
+					opts = append(opts[:len(opts):len(opts)], withStore(s))
+				}
+				testHostileLeaseBodies(t, newEnv(t, opts...))
+			})
+		}
+	}
+}
+
+func testHostileLeaseBodies(t *testing.T, e *env) {
+	e.leaseLimit("Calls", 2, "30s")
+	e.limit("PerAccount", "reg_id", 5, 5, "5s")
+	lease, _ := e.acquire(e.admin, 0, bucket("Calls", "d", 1))
+	id := lease.Lease.ID
+	ttl := "must be an integer from 1 to 86400000 (milliseconds); leave it out for the longest the lease's limits allow"
+	leaseID := "must be a lease id as acquire returns it (lse_ and 26 characters)"
+	acquire := func(more string) string {
+		return `{"buckets":[{"limit":"Calls","bucket_id":"d"}]` + more + `}`
+	}
+	cases := []struct {
+		path, body string
+		status     int
+		// errors are the problem's field errors, exactly; nil
+		// checks none.
+		errors map[string]string
+	}{
+		{"/v1/acquire", acquire(`,"ttl_ms":0`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":-1`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":-0`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":86400001`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":99999999999999999999`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":-99999999999999999999`), 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/acquire", acquire(`,"ttl_ms":30001`), 422, nil},
+		{"/v1/acquire", acquire(`,"ttl_ms":1.5`), 400, map[string]string{"ttl_ms": "must be an integer"}},
+		{"/v1/acquire", acquire(`,"ttl_ms":1e3`), 400, map[string]string{"ttl_ms": "must be an integer"}},
+		{"/v1/acquire", acquire(`,"ttl_ms":"1000"`), 400, nil},
+		{"/v1/acquire", acquire(`,"ttl_ms":null`), 400, nil},
+		{"/v1/acquire", acquire(`,"ttl_ms":1000,"ttl_ms":2000`), 400, map[string]string{"ttl_ms": "duplicate key"}},
+		{"/v1/acquire", acquire(`,"lease_id":"x"`), 400, map[string]string{"lease_id": "unknown field"}},
+		{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":0}]}`, 422, nil},
+		{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":-1}],"ttl_ms":0}`, 422, nil},
+		{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d","cost":99999999999999999999}]}`, 422, nil},
+		{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"d"},{"limit":"Calls","bucket_id":"d"}]}`, 422, nil},
+		{"/v1/acquire", `{"buckets":[{"limit":"Nope","bucket_id":"d"}],"ttl_ms":1000}`, 422, nil},
+		{"/v1/acquire", "{\"buckets\":[{\"limit\":\"Calls\",\"bucket_id\":\"d\xff\"}]}", 400, nil},
+		{"/v1/acquire", `{"buckets":[{"limit":"Calls","bucket_id":"a\u0000b"}]}`, 422, nil},
+		{"/v1/acquire", `{"buckets":[]}`, 422, map[string]string{"buckets": "must hold at least 1 items"}},
+		{"/v1/acquire", `{"ttl_ms":1000}`, 422, map[string]string{"buckets": "is required"}},
+		{"/v1/release", `{}`, 422, map[string]string{"lease_id": "is required"}},
+		{"/v1/release", `{"lease_id":""}`, 422, map[string]string{"lease_id": leaseID}},
+		{"/v1/release", `{"lease_id":"` + strings.ToUpper(id) + `"}`, 422, map[string]string{"lease_id": leaseID}},
+		{"/v1/release", `{"lease_id":"` + id + `a"}`, 422, map[string]string{"lease_id": leaseID}},
+		{"/v1/release", `{"lease_id":"../../etc/passwd"}`, 422, map[string]string{"lease_id": leaseID}},
+		{"/v1/release", `{"lease_id":"lse_\u0000"}`, 422, nil},
+		{"/v1/release", "{\"lease_id\":\"lse_\xff\"}", 400, nil},
+		{"/v1/release", `{"lease_id":12}`, 400, map[string]string{"lease_id": "must be a string"}},
+		{"/v1/release", `{"lease_id":null}`, 400, nil},
+		{"/v1/release", `{"lease_id":"` + id + `","lease_id":"` + id + `"}`, 400, map[string]string{"lease_id": "duplicate key"}},
+		{"/v1/release", `{"lease_id":"` + id + `","ttl_ms":1000}`, 400, map[string]string{"ttl_ms": "unknown field"}},
+		{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":0}`, 422, map[string]string{"ttl_ms": ttl}},
+		{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":30001}`, 422, nil},
+		{"/v1/renew", `{"lease_id":"nope","ttl_ms":-5}`, 422, map[string]string{"lease_id": leaseID, "ttl_ms": ttl}},
+		{"/v1/renew", `{"ttl_ms":99999999999999999999}`, 422, map[string]string{"lease_id": "is required", "ttl_ms": ttl}},
+		{"/v1/renew", `{"lease_id":"` + id + `","ttl_ms":1.0}`, 400, nil},
+		{"/v1/renew", `[]`, 400, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.path+" "+c.body, func(t *testing.T) {
+			p := e.do("POST", c.path, e.admin, c.body).expect(t, c.status).problem(t)
+			if len(p.Errors) == 0 {
+				t.Errorf("no field named: %+v", p)
+			}
+			if c.errors == nil {
+				return
+			}
+			got := fieldErrors(p)
+			// The wording of a wrong type is input's; only its start
+			// is checked.
+			for f, msg := range c.errors {
+				if strings.HasPrefix(got[f], msg) {
+					got[f] = msg
+				}
+			}
+			if !maps.Equal(got, c.errors) {
+				t.Errorf("errors %v, want %v", p.Errors, c.errors)
+			}
+		})
+	}
+	// Nothing was held or freed: the one lease still holds its unit.
+	if r, _ := e.decided("check", e.admin, bucket("Calls", "d", 0)); held(t, r.Decisions[0]) != 1 {
+		t.Errorf("held %+v", r.Decisions[0])
+	}
+}
+
+// TestLeaseMetrics counts leases by limit and event, never by bucket, on
+// every store.
 func TestLeaseMetrics(t *testing.T) {
-	e := newEnv(t, withLimits(concurrency("Calls", 5, 30*time.Second)))
-	e.waitLimit("Calls")
+	storeEnvs(t, testLeaseMetrics)
+}
+
+func testLeaseMetrics(t *testing.T, e *env) {
+	e.leaseLimit("Calls", 5, "30s")
 	a, _ := e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 1))
+	// A second lease outlives the short one, so that Redis keeps the
+	// bucket's key until an acquire finds the short lease expired, however
+	// slowly the test runs: Redis expires keys on its own clock, which the
+	// test's does not move.
+	e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 1))
 	e.acquire(e.admin, time.Second, bucket("Calls", "secret-bucket", 1))
 	e.do("POST", "/v1/renew", e.admin, obj{"lease_id": a.Lease.ID}).expect(t, http.StatusOK)
 	e.do("POST", "/v1/release", e.admin, obj{"lease_id": a.Lease.ID}).expect(t, http.StatusOK)
 	e.clock.Advance(2 * time.Second)
-	// The next operation on the bucket finds the short lease expired.
-	e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 5))
-	e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 1))
+	// The next acquire on the bucket finds the short lease expired.
+	if r, _ := e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 3)); !r.Allowed || held(t, r.Decisions[0]) != 4 {
+		t.Fatalf("after the expiry: %+v", r)
+	}
+	e.acquire(e.admin, 0, bucket("Calls", "secret-bucket", 2))
 	body := string(e.do("GET", "/metrics", "", nil).expect(t, http.StatusOK).body)
 	for _, line := range []string{
-		`ratelimitd_leases_total{event="acquired",limit="Calls"} 3`,
+		`ratelimitd_leases_total{event="acquired",limit="Calls"} 4`,
 		`ratelimitd_leases_total{event="released",limit="Calls"} 1`,
 		`ratelimitd_leases_total{event="renewed",limit="Calls"} 1`,
 		`ratelimitd_leases_total{event="expired",limit="Calls"} 1`,
-		`ratelimitd_decisions_total{frontend="http",limit="Calls",op="acquire",result="allowed"} 2`,
+		`ratelimitd_decisions_total{frontend="http",limit="Calls",op="acquire",result="allowed"} 3`,
 		`ratelimitd_decisions_total{frontend="http",limit="Calls",op="acquire",result="near_limit"} 1`,
 		`ratelimitd_decisions_total{frontend="http",limit="Calls",op="acquire",result="denied"} 1`,
 	} {

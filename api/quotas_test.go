@@ -10,35 +10,24 @@ import (
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
-// Calendar quotas reach these tests' snapshots through withLimits: the
-// REST API cannot create them yet.
-
-// quota is a calendar quota of string ids.
-func quota(name string, c limiter.Calendar, zone string, count int64) limiter.Limit {
-	return limiter.Limit{Name: name, IDFormat: limiter.String, Calendar: c, TimeZone: zone,
-		Params: limiter.Params{Burst: count, Count: count}}
+// quota creates a calendar quota of string ids through the API.
+func (e *env) quota(name, calendar, zone string, count int) {
+	e.t.Helper()
+	e.putLimit(name, obj{"id_format": "string", "calendar": calendar, "time_zone": zone, "count": count})
 }
 
-// quotaEnvs runs f on a service over each store with the limits, its
-// clock at start. The quota's buckets are reset when f returns, so that
-// Redis drops their keys, which would otherwise live until the windows of
-// the clock's future end.
-func quotaEnvs(t *testing.T, start time.Time, limits []limiter.Limit, f func(t *testing.T, e *env)) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			opts := []envOption{withLimits(limits...)}
-			if s := st.store(t); s != nil {
-				opts = append(opts, withStore(s))
-			}
-			e := newEnv(t, opts...)
-			e.waitLimit(limits[len(limits)-1].Name)
-			e.clock.Advance(start.Sub(e.clock.Now()))
-			f(t, e)
-		})
-	}
+// quotaEnvs runs f on a service over each store (storeEnvs), its clock at
+// start.
+func quotaEnvs(t *testing.T, start time.Time, f func(t *testing.T, e *env)) {
+	storeEnvs(t, func(t *testing.T, e *env) {
+		e.clock.Advance(start.Sub(e.clock.Now()))
+		f(t, e)
+	})
 }
 
-// resetAfter resets the buckets when the test ends.
+// resetAfter resets the buckets when the test ends, so that Redis drops
+// their keys, which would otherwise live until the windows of the clock's
+// future end.
 func (e *env) resetAfter(t *testing.T, buckets ...obj) {
 	t.Cleanup(func() {
 		e.do("POST", "/v1/buckets/reset", e.admin, obj{"buckets": buckets}).expect(t, http.StatusOK)
@@ -70,8 +59,8 @@ func TestQuotaStory(t *testing.T) {
 	}
 	day := next25HourDay(t, paris, time.Now())
 	at := func(h, m int) time.Time { return time.Date(day.Year(), day.Month(), day.Day(), h, m, 0, 0, paris) }
-	limits := []limiter.Limit{quota("ExportsPerDay", limiter.CalendarDay, "Europe/Paris", 3)}
-	quotaEnvs(t, at(22, 0), limits, func(t *testing.T, e *env) {
+	quotaEnvs(t, at(22, 0), func(t *testing.T, e *env) {
+		e.quota("ExportsPerDay", "day", "Europe/Paris", 3)
 		e.resetAfter(t, obj{"limit": "ExportsPerDay", "bucket_id": "acct-42"})
 		step := func(op string, cost int, allowed bool, remaining, retry, reset int64, period, policy, ratelimit, retryAfter string) {
 			t.Helper()
@@ -101,8 +90,8 @@ func TestQuotaStory(t *testing.T) {
 // window; an hourly quota's usage per window shows in the metrics.
 func TestQuotaWindowOps(t *testing.T) {
 	start := time.Now().Add(time.Hour).Truncate(time.Hour).Add(10 * time.Minute)
-	limits := []limiter.Limit{quota("TokensPerHour", limiter.CalendarHour, "UTC", 1000)}
-	quotaEnvs(t, start, limits, func(t *testing.T, e *env) {
+	quotaEnvs(t, start, func(t *testing.T, e *env) {
+		e.quota("TokensPerHour", "hour", "UTC", 1000)
 		e.resetAfter(t, obj{"limit": "TokensPerHour", "bucket_id": "k"})
 		e.decided("spend", e.admin, bucket("TokensPerHour", "k", 400))
 		if r, _ := e.decided("refund", e.admin, bucket("TokensPerHour", "k", 100)); r.Decisions[0].Remaining != 700 {
@@ -127,12 +116,14 @@ func TestQuotaWindowOps(t *testing.T) {
 }
 
 // TestQuotaExactUnderConcurrency: N concurrent spends of 1 on a fresh
-// quota of count admit exactly min(N, count), through HTTP.
+// quota bucket of count admit exactly min(N, count), through HTTP; the
+// count is an override's, made through the API.
 func TestQuotaExactUnderConcurrency(t *testing.T) {
 	const count, tries = 10, 40
 	start := time.Now().Add(24 * time.Hour)
-	limits := []limiter.Limit{quota("Daily", limiter.CalendarDay, "America/New_York", count)}
-	quotaEnvs(t, start, limits, func(t *testing.T, e *env) {
+	quotaEnvs(t, start, func(t *testing.T, e *env) {
+		e.quota("Daily", "day", "America/New_York", 3)
+		e.override(obj{"limit": "Daily", "bucket_id": "x", "count": count})
 		e.resetAfter(t, obj{"limit": "Daily", "bucket_id": "x"})
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
@@ -158,9 +149,12 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 }
 
 // TestBlockedQuota: an override of count 0 blocks a quota's bucket, and
-// every route answers it (it once divided by the count).
+// every route answers it (it once divided by the count), on every store.
 func TestBlockedQuota(t *testing.T) {
-	e := newEnv(t)
+	storeEnvs(t, testBlockedQuota)
+}
+
+func testBlockedQuota(t *testing.T, e *env) {
 	e.putLimit("Daily", obj{"id_format": "string", "count": 5, "calendar": "day", "time_zone": "Europe/Paris"})
 	e.override(obj{"limit": "Daily", "bucket_id": "banned", "count": 0})
 	e.waitSource("Daily", "banned", limiter.SourceOverride)
