@@ -48,7 +48,8 @@ import (
 type Cluster struct {
 	config
 	client *redis.ClusterClient
-	leases leases
+	// leases answer the LeaseStore methods (lease.go).
+	leases
 
 	mu sync.Mutex
 	// queues holds a queue per master address, made when a call first

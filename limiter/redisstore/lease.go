@@ -300,7 +300,9 @@ func (l *leases) eval(ctx context.Context, runs []scriptRun) []*redis.Cmd {
 	return evalPipelined(ctx, l.client, leaseScript, runs, nil)
 }
 
-func (l *leases) acquire(ctx context.Context, now time.Time, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
+// Acquire implements limiter.LeaseStore, as the top of this file
+// describes.
+func (l *leases) Acquire(ctx context.Context, now time.Time, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
 	var ok bool
 	err := l.cfg.bounded(ctx, "acquire", func(ctx context.Context) error {
 		var err error
@@ -445,7 +447,9 @@ func (l *leases) undo(ctx context.Context, rec *limiter.LeaseRecord, keys []stri
 	return slotErrors(errs)
 }
 
-func (l *leases) held(ctx context.Context, now time.Time, batch []limiter.LeaseBucket) error {
+// Held implements limiter.LeaseStore; on a Cluster the slots may be read
+// at slightly different instants.
+func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseBucket) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -481,7 +485,8 @@ func (l *leases) held(ctx context.Context, now time.Time, batch []limiter.LeaseB
 	})
 }
 
-func (l *leases) release(ctx context.Context, now time.Time, id string) (limiter.LeaseRecord, error) {
+// Release implements limiter.LeaseStore.
+func (l *leases) Release(ctx context.Context, now time.Time, id string) (limiter.LeaseRecord, error) {
 	var (
 		rec   limiter.LeaseRecord
 		found bool
@@ -503,7 +508,8 @@ func (l *leases) release(ctx context.Context, now time.Time, id string) (limiter
 	return rec, nil
 }
 
-func (l *leases) renew(ctx context.Context, now time.Time, id string, expires func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
+// Renew implements limiter.LeaseStore.
+func (l *leases) Renew(ctx context.Context, now time.Time, id string, expires func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
 	var (
 		rec   limiter.LeaseRecord
 		found bool
@@ -605,46 +611,4 @@ func (l *leases) change(ctx context.Context, op string, nowUS int64, rec limiter
 		errs = append(errs, cmd.Err())
 	}
 	return true, reply[1], slotErrors(errs)
-}
-
-// Acquire implements limiter.LeaseStore.
-func (s *Node) Acquire(ctx context.Context, now time.Time, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
-	return s.leases.acquire(ctx, now, rec, batch)
-}
-
-// Held implements limiter.LeaseStore.
-func (s *Node) Held(ctx context.Context, now time.Time, batch []limiter.LeaseBucket) error {
-	return s.leases.held(ctx, now, batch)
-}
-
-// Release implements limiter.LeaseStore.
-func (s *Node) Release(ctx context.Context, now time.Time, id string) (limiter.LeaseRecord, error) {
-	return s.leases.release(ctx, now, id)
-}
-
-// Renew implements limiter.LeaseStore.
-func (s *Node) Renew(ctx context.Context, now time.Time, id string, expires func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
-	return s.leases.renew(ctx, now, id, expires)
-}
-
-// Acquire implements limiter.LeaseStore, as the top of this file
-// describes.
-func (s *Cluster) Acquire(ctx context.Context, now time.Time, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
-	return s.leases.acquire(ctx, now, rec, batch)
-}
-
-// Held implements limiter.LeaseStore; the slots may be read at slightly
-// different instants.
-func (s *Cluster) Held(ctx context.Context, now time.Time, batch []limiter.LeaseBucket) error {
-	return s.leases.held(ctx, now, batch)
-}
-
-// Release implements limiter.LeaseStore.
-func (s *Cluster) Release(ctx context.Context, now time.Time, id string) (limiter.LeaseRecord, error) {
-	return s.leases.release(ctx, now, id)
-}
-
-// Renew implements limiter.LeaseStore.
-func (s *Cluster) Renew(ctx context.Context, now time.Time, id string, expires func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
-	return s.leases.renew(ctx, now, id, expires)
 }

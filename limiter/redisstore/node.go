@@ -17,7 +17,8 @@ type Node struct {
 	config
 	client redis.UniversalClient
 	queue  *queue
-	leases leases
+	// leases answer the LeaseStore methods (lease.go).
+	leases
 	// calls holds the script calls the queue gave back, so that a
 	// decision reuses their memory.
 	calls sync.Pool
