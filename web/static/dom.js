@@ -62,6 +62,20 @@ export function clearErrors(form) {
   for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
 }
 
+// showSort shows what of a form or panel applies to one sort of limit
+// (format.js sortOf): an element with data-sorts="rate quota" is hidden
+// for the other sorts, and one with data-rate, data-quota or
+// data-concurrency takes that text (its data-rate one where the sort has
+// none), so that a label or a hint says what a field means for each.
+// Hiding is all it does: a form also disables what does not apply, so
+// that it is not sent.
+export function showSort(root, sort) {
+  for (const el of root.querySelectorAll('[data-sorts]')) el.hidden = !el.dataset.sorts.split(' ').includes(sort);
+  for (const el of root.querySelectorAll('[data-rate], [data-quota], [data-concurrency]')) {
+    el.textContent = el.dataset[sort] ?? el.dataset.rate ?? '';
+  }
+}
+
 // breakable writes a name such as NewOrdersPerAccount with line break
 // opportunities between its words, so that a narrow column wraps it at
 // "Orders" and "Per" rather than in the middle of a word.
