@@ -230,15 +230,15 @@ async function lookUp(limit, bucketID) {
       rule = data.rule;
       target = { limit: data.limit, bucket_id: data.bucket_id };
     }
-    const { data, limit } = await busy($('#lookup-panel'), async () => {
+    const { result, definition } = await busy($('#lookup-panel'), async () => {
       const { data } = await session.client.call('POST', 'v1/check', { body: { buckets: [{ ...target, cost: 0 }] } });
       // The decision does not say what sort of limit it is of, nor a
       // quota's calendar: the limit, read now, does.
-      const { data: limit } = await session.client.call('GET', `v1/limits/${encodeURIComponent(data.decisions[0].limit)}`);
-      return { data, limit };
+      const name = encodeURIComponent(data.decisions[0].limit);
+      return { result: data, definition: (await session.client.call('GET', `v1/limits/${name}`)).data };
     });
     if (seq !== lookupSeq) return;
-    showDecision(data, limit, rule);
+    showDecision(result, definition, rule);
   } catch (err) {
     if (seq !== lookupSeq) return;
     lastLookup = null;

@@ -138,13 +138,19 @@ export function openDialog(dialog, { focusEl, returnFocus } = {}) {
 }
 
 // initDialogs wires the close buttons of every dialog and the return of
-// the focus when one closes, by a button or by Escape.
+// the focus when one closes, by a button or by Escape. The browser gives
+// the focus back to the opener as the dialog closes; returnFocus is for
+// when that element is gone (re-rendered or removed) and the focus with
+// it. The close event comes later, in a task of its own, possibly after
+// the user's next click: where they went, the focus stays.
 export function initDialogs() {
   for (const dialog of document.querySelectorAll('dialog')) {
     for (const button of dialog.querySelectorAll('[data-close]')) {
       button.addEventListener('click', () => dialog.close());
     }
     dialog.addEventListener('close', () => {
+      const active = document.activeElement;
+      if (active && active !== document.body && !dialog.contains(active)) return;
       const target = dialog.returnFocus?.();
       if (target?.isConnected) target.focus();
     });
