@@ -243,6 +243,7 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 	}
+	denied := localDenial
 	if len(sc.leases) > 0 {
 		// A check of concurrency buckets reads what they hold; it needs
 		// no atomicity with the rate buckets, as nothing is written.
@@ -251,6 +252,9 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 		LeaseStep(now.UnixMicro(), 0, sc.leases)
+		for i := range sc.leases {
+			denied = denied || !sc.leases[i].Outcome.Allowed && !sc.leases[i].Shadow
+		}
 	}
 	for i, p := range sc.pos {
 		switch {
@@ -260,10 +264,11 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 			decisions[i].Outcome = sc.leases[-2-p].Outcome
 		}
 	}
-	if localDenial && (op == Spend || op == Check) && within(sc.batch) {
-		// A bucket decided here denies the spend or check, which the
-		// store did not see: its buckets that allow their cost report
-		// what they hold, as StepBatch reports a denied batch.
+	if denied && (op == Spend || op == Check) && within(sc.batch) {
+		// A bucket decided here, or a full concurrency bucket, denies the
+		// spend or check, which the store did not see: its buckets that
+		// allow their cost report what they hold, as StepBatch reports a
+		// denied batch.
 		for i, p := range sc.pos {
 			if p >= 0 {
 				b := &sc.batch[p]
