@@ -80,6 +80,24 @@ func TestLeaseStory(t *testing.T) {
 	}
 }
 
+// TestLeaseCheckDeniesTheBatch: a check that a full concurrency bucket
+// denies spends nothing, like any denied batch, so the rate bucket beside
+// it reports what it holds, not what a spend would have left it.
+func TestLeaseCheckDeniesTheBatch(t *testing.T) {
+	f := newFixture(t, limiter.Config{}, build(t, []limiter.Limit{calls("Calls", 130, 1, time.Minute), orders()}))
+	if res, err := f.l.Acquire(context.Background(), []limiter.Request{req("Calls", "a", 1)}, 0); err != nil || res.Lease == nil {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	res := f.decide(t, limiter.Check, req("NewOrdersPerAccount", "1", 1), req("Calls", "a", 1))
+	if res.Allowed || res.Decisions[1].Allowed || res.Decisions[1].Held != 1 {
+		t.Fatalf("a check past a full concurrency bucket: %+v", res)
+	}
+	if d := res.Decisions[0]; !d.Allowed || d.Remaining != 300 || d.ResetAfter != 0 {
+		t.Errorf("the rate bucket of the denied check: allowed %v, remaining %d, reset after %v; want allowed, 300, 0 (what it holds)",
+			d.Allowed, d.Remaining, d.ResetAfter)
+	}
+}
+
 func TestLeasesExactUnderConcurrency(t *testing.T) {
 	f := newFixture(t, limiter.Config{}, build(t, []limiter.Limit{calls("Calls", 130, 7, time.Minute)}))
 	admitted := runConcurrently(100, func() bool {
@@ -115,20 +133,6 @@ func isField(err error, field string) bool {
 		}
 	}
 	return false
-}
-
-// TestCheckDeniedByALeaseBucket: a check that a full concurrency bucket
-// denies reports what its rate buckets hold, not what they would after
-// the cost, as any denied check does.
-func TestCheckDeniedByALeaseBucket(t *testing.T) {
-	f := newFixture(t, limiter.Config{}, build(t, []limiter.Limit{calls("Calls", 130, 1, time.Minute), orders()}))
-	if res, err := f.l.Acquire(context.Background(), []limiter.Request{req("Calls", "a", 1)}, 0); err != nil || res.Lease == nil {
-		t.Fatalf("acquire: %+v %v", res, err)
-	}
-	res := f.decide(t, limiter.Check, req("NewOrdersPerAccount", "1", 1), req("Calls", "a", 1))
-	if d := res.Decisions; res.Allowed || !d[0].Allowed || d[0].Remaining != 300 || d[1].Allowed || d[1].Held != 1 {
-		t.Fatalf("%+v", res)
-	}
 }
 
 // TestLeaseOfUnlimitedBuckets: a lease that holds nothing, its buckets

@@ -67,14 +67,18 @@ func TestAdminPage(t *testing.T) {
 	p.do("reload the page", chromedp.Reload())
 	p.waitText("still signed in after a reload (sessionStorage)", "#who-scope", "support")
 
-	// The limit is in the list with its id format, defaults, shadow flag
-	// and number of overrides.
+	// The limit is in the list with its kind, id format, defaults, shadow
+	// flag and number of overrides; a support token may not change it.
 	row := fmt.Sprintf(`#limits-table tr[data-limit=%q]`, adminLimit)
 	p.waitText("the limit is listed", row, adminLimit)
 	cells := adminEval[[]string](p, "read the limit's row",
 		fmt.Sprintf(`[...document.querySelector('%s').cells].map(c => c.textContent.trim())`, row))
-	if want := []string{"reg_id", "300 per 3h, burst 300", "No", "0"}; len(cells) < 5 || !slices.Equal(cells[1:4], want[:3]) || !strings.HasPrefix(cells[4], want[3]) {
+	if want := []string{"Rate", "reg_id", "300 per 3h, burst 300", "No", "0"}; len(cells) < 6 || !slices.Equal(cells[1:5], want[:4]) || !strings.HasPrefix(cells[5], want[4]) {
 		t.Errorf("limit row = %q, want %q after the name", cells, want)
+	}
+	if shown := adminEval[bool](p, "look for the limit controls",
+		`document.querySelector('#new-limit').checkVisibility() || document.querySelector('[data-act="edit-limit"]').checkVisibility()`); shown {
+		t.Error("a support token is offered to create or edit limits")
 	}
 
 	// Look up the bucket: full, by the default.
@@ -111,7 +115,7 @@ func TestAdminPage(t *testing.T) {
 		p.typeInto("#of-comment", "Migration week, ticket 4711"),
 		chromedp.Click(chromedp.CSS("#of-save")),
 	)
-	want := svc.fieldError(t, map[string]any{"limit": adminLimit, "bucket_id": adminBucket + "x", "burst": 600, "count": 300, "period": "3h"}, "bucket_id")
+	want := svc.fieldError(t, "POST", "/v1/overrides", map[string]any{"limit": adminLimit, "bucket_id": adminBucket + "x", "burst": 600, "count": 300, "period": "3h"}, "bucket_id")
 	p.waitTextIs("the API's error is beside the bucket id", "#of-bucket-error", want)
 	if got := adminEval[string](p, "where the focus is", `document.activeElement.id + ' ' + document.activeElement.getAttribute('aria-invalid')`); got != "of-bucket true" {
 		t.Errorf("focus after the 422: %q, want the invalid bucket id field", got)
@@ -149,11 +153,8 @@ func TestAdminPage(t *testing.T) {
 	p.waitText("and shows the UTC value", "#of-expires-hint", expires.UTC().Format("2006-01-02 15:04")+" UTC")
 	p.do("save the expiry", chromedp.Click(chromedp.CSS("#of-save")), chromedp.WaitNotVisible(chromedp.CSS("#override-dialog")))
 	p.waitText("the card says when it expires", card+` [data-expires]`, "Expires in 7 days")
-	if got := svc.override(t, adminBucket)["expires_at"]; got != expires.UTC().Format(time.RFC3339) {
+	if got := svc.override(t, adminLimit, adminBucket)["expires_at"]; got != expires.UTC().Format(time.RFC3339) {
 		t.Errorf("stored expires_at = %v, want %s", got, expires.UTC().Format(time.RFC3339))
-	}
-	if os.Getenv("RATELIMIT_SCREENSHOT") == "1" {
-		p.screenshot(filepath.Join("..", "..", "docs", "admin.png"))
 	}
 
 	// Disable it.
@@ -198,10 +199,25 @@ func TestAdminPage(t *testing.T) {
 	p.do("close the history with Escape", chromedp.KeyEvent(kb.Escape), chromedp.WaitNotVisible(chromedp.CSS("#history-dialog")))
 	p.waitFocus("the focus is back on the history button", card+` [data-act="history"]`)
 
+	// A dialog's close event comes in a task of its own, which may run
+	// after the user's next click: it must not pull the focus back from
+	// where they went. The script closes the dialog and moves the focus
+	// at once, and answers where the focus is once the event has run.
+	p.do("open the history again", chromedp.Click(chromedp.CSS(card+` [data-act="history"]`)), chromedp.WaitVisible(chromedp.CSS("#history-list > li")))
+	focused := adminEval[string](p, "close the history and move on before its close event", fmt.Sprintf(`new Promise((resolve) => {
+		const dialog = document.querySelector('#history-dialog');
+		dialog.addEventListener('close', () => setTimeout(() => resolve(document.activeElement.dataset.act ?? document.activeElement.id)), { once: true });
+		dialog.close();
+		document.querySelector('%s [data-act="edit"]').focus();
+	})`, card), chromedp.EvalAwaitPromise)
+	if focused != "edit" {
+		t.Errorf("after a dialog closed, the focus moved from where the user went to %q", focused)
+	}
+
 	// Someone else changes the override while the staffer edits it: the
 	// save is refused with 412, and the form shows the other change.
 	p.do("edit the override again", chromedp.Click(chromedp.CSS(card+` [data-act="edit"]`)), chromedp.WaitVisible(chromedp.CSS("#of-comment")))
-	id, _ := svc.override(t, adminBucket)["id"].(string)
+	id, _ := svc.override(t, adminLimit, adminBucket)["id"].(string)
 	svc.mustCall(t, "PATCH", "/v1/overrides/"+id, svc.bootstrap, map[string]any{"comment": "Raised by the on-call admin"}, http.StatusOK, nil)
 	p.do("change the comment and save", p.typeInto("#of-comment", "Extended after the call"), chromedp.Click(chromedp.CSS("#of-save")))
 	p.waitText("the page says someone else changed it", "#of-problem", "Changed by someone else (412)")
@@ -222,6 +238,208 @@ func TestAdminPage(t *testing.T) {
 	p.waitFocus("the confirmation focuses the safe choice", "#del-cancel")
 	p.do("confirm", chromedp.Click(chromedp.CSS("#del-confirm")), chromedp.WaitNotPresent(chromedp.CSS(card)))
 	p.waitText("the deletion is confirmed", "#overrides-notice", "Deleted the override of "+adminLimit+" for "+adminBucket)
+
+	p.checkConsole()
+}
+
+// TestAdminPageKinds walks an admin through the sorts of limits on the
+// page, beside a rate limit: create a concurrency limit and a daily quota
+// in Europe/Paris from
+// the limit dialog, which shows and sends only what each sort takes, and
+// see them listed with their kind, calendar and zone; hold a lease through
+// the API and see it held on look-up; spend the quota and see its usage
+// and when its window ends; find the kind fixed on edit; have a mistyped
+// zone answered beside its field; move the quota to another zone, which
+// the form says restarts its usage, and see that it did; and grant
+// overrides that set what each sort takes.
+func TestAdminPageKinds(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	svc := startAdminService(t)
+	svc.mustCall(t, "PUT", "/v1/limits/"+adminLimit, svc.bootstrap, map[string]any{
+		"id_format": "reg_id", "burst": 300, "count": 300, "period": "3h",
+	}, http.StatusCreated, nil)
+	token := svc.createToken(t, "ada", "admin")
+	p := newAdminPage(t, chromium)
+	p.do("open the page", chromedp.Navigate(svc.url+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	p.signIn(token, "ada", "admin")
+
+	// A concurrency limit: its count is its burst, so the form asks for
+	// none, and its period is the longest a lease lives.
+	p.do("create a concurrency limit",
+		chromedp.Click(chromedp.CSS("#new-limit")),
+		chromedp.WaitVisible(chromedp.CSS("#lf-name")),
+		p.typeInto("#lf-name", "ModelCalls"),
+		chromedp.SendKeys(chromedp.CSS("#lf-kind"), "Con"),
+		chromedp.SendKeys(chromedp.CSS("#lf-id-format"), "s"))
+	p.waitTextIs("the burst reads as what is held at once", `label[for="lf-burst"]`, "At most at once (burst)")
+	p.waitTextIs("the period reads as the longest lease", `label[for="lf-period"]`, "Longest lease (period)")
+	if p.visible("#lf-count") || p.visible("#lf-calendar") || p.visible("#lf-zone") {
+		t.Error("a concurrency limit's form shows a count, a calendar or a zone")
+	}
+	p.do("save the concurrency limit",
+		p.typeInto("#lf-burst", "10"),
+		p.typeInto("#lf-period", "1h"),
+		chromedp.Click(chromedp.CSS("#lf-save")),
+		chromedp.WaitNotVisible(chromedp.CSS("#limit-dialog")))
+	p.waitText("the creation is confirmed", "#limits-notice", "Created the limit ModelCalls")
+	p.waitFocus("the focus is back on the button that opened the dialog", "#new-limit")
+	checkFields(t, "the concurrency limit", svc.limit(t, "ModelCalls"), map[string]any{
+		"kind": "concurrency", "burst": 10.0, "count": 10.0, "period": "1h0m0s", "calendar": nil, "time_zone": nil, "unit": "requests"})
+
+	// A daily quota in Paris: a count per window, no burst, no period.
+	p.do("create a daily quota",
+		chromedp.Click(chromedp.CSS("#new-limit")),
+		chromedp.WaitVisible(chromedp.CSS("#lf-name")),
+		p.typeInto("#lf-name", "ExportsPerDay"),
+		chromedp.SendKeys(chromedp.CSS("#lf-kind"), "Cal"),
+		chromedp.SendKeys(chromedp.CSS("#lf-id-format"), "s"),
+		chromedp.WaitVisible(chromedp.CSS("#lf-calendar")),
+		chromedp.SendKeys(chromedp.CSS("#lf-calendar"), "D"),
+		p.typeInto("#lf-zone", "Europe/Paris"),
+		p.typeInto("#lf-count", "5"))
+	if p.visible("#lf-burst") || p.visible("#lf-period") {
+		t.Error("a quota's form shows a burst or a period")
+	}
+	if got := adminEval[string](p, "read the restart warning", `document.querySelector('#lf-restart').textContent`); got != "" {
+		t.Errorf("a new quota warns of a restart: %q", got)
+	}
+	p.do("save the quota", chromedp.Click(chromedp.CSS("#lf-save")), chromedp.WaitNotVisible(chromedp.CSS("#limit-dialog")))
+	p.waitText("the creation is confirmed", "#limits-notice", "Created the limit ExportsPerDay: 5 per calendar day in Europe/Paris")
+	checkFields(t, "the quota", svc.limit(t, "ExportsPerDay"), map[string]any{
+		"kind": "rate", "calendar": "day", "time_zone": "Europe/Paris", "count": 5.0, "burst": 5.0, "period": nil})
+
+	// Both are listed with their kind; the quota with its calendar and
+	// zone, the concurrency limit with what it holds and for how long.
+	rowOf := func(name string) []string {
+		t.Helper()
+		row := fmt.Sprintf(`#limits-table tr[data-limit=%q]`, name)
+		p.waitText(name+" is listed", row, name)
+		return adminEval[[]string](p, "read the row of "+name,
+			fmt.Sprintf(`[...document.querySelector('%s').cells].slice(0, 4).map(c => c.textContent.trim())`, row))
+	}
+	if got, want := rowOf("ModelCalls"), []string{"ModelCalls", "Concurrency", "string", "At most 10 at once, leases up to 1h"}; !slices.Equal(got, want) {
+		t.Errorf("row of ModelCalls = %q, want %q", got, want)
+	}
+	if got, want := rowOf("ExportsPerDay"), []string{"ExportsPerDay", "Calendar quota", "string", "5 per calendar day in Europe/Paris"}; !slices.Equal(got, want) {
+		t.Errorf("row of ExportsPerDay = %q, want %q", got, want)
+	}
+
+	// A lease taken through the API is held on look-up.
+	svc.mustCall(t, "POST", "/v1/acquire", svc.bootstrap, map[string]any{"buckets": []map[string]any{
+		{"limit": "ModelCalls", "bucket_id": "acct-42", "cost": 3}}}, http.StatusOK, nil)
+	p.do("look up the concurrency bucket",
+		chromedp.SendKeys(chromedp.CSS("#lk-limit"), "M"),
+		p.typeInto("#lk-bucket", "acct-42\n"))
+	p.waitTextIs("the lease is held", "#lk-held", "3 of 10 held")
+	p.waitTextIs("and the rest remains", "#lk-remaining", "7")
+	p.waitText("its parameters", "#lk-params", "At most 10 at once, leases up to 1h")
+	if p.visible("#lk-used") || p.visible("#lk-debt") {
+		t.Error("a concurrency bucket's look-up shows a quota's usage or a debt")
+	}
+
+	// Spending the quota shows its usage of the day, which ends at
+	// midnight in Paris, whatever the browser's zone.
+	svc.mustCall(t, "POST", "/v1/spend", svc.bootstrap, map[string]any{"buckets": []map[string]any{
+		{"limit": "ExportsPerDay", "bucket_id": "acct-42", "cost": 2}}}, http.StatusOK, nil)
+	p.do("look up the quota's bucket",
+		chromedp.SendKeys(chromedp.CSS("#lk-limit"), "E"),
+		p.typeInto("#lk-bucket", "acct-42\n"))
+	p.waitText("the usage of the day", "#lk-used", "Used 2 of 5 this day (Europe/Paris), resets in ")
+	p.waitTextIs("and what is left", "#lk-remaining", "3")
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, m, d := time.Now().In(paris).Date()
+	midnight := time.Date(y, m, d+1, 0, 0, 0, 0, paris)
+	p.waitText("the window ends at midnight in Paris", "#lk-reset-at", midnight.UTC().Format("2006-01-02 15:04")+" UTC")
+	if p.visible("#lk-held") {
+		t.Error("a quota's look-up shows leases held")
+	}
+
+	// The kind is fixed once a limit exists: the control is disabled, and
+	// says why.
+	editOf := func(name string) string {
+		return fmt.Sprintf(`#limits-table tr[data-limit=%q] [data-act="edit-limit"]`, name)
+	}
+	p.do("edit the concurrency limit", chromedp.Click(chromedp.CSS(editOf("ModelCalls"))), chromedp.WaitVisible(chromedp.CSS("#lf-kind")))
+	p.waitValue("the dialog shows its kind", "#lf-kind", "concurrency")
+	p.waitText("and why it is fixed", "#lf-kind-hint", "Fixed: ModelCalls is a concurrency limit")
+	if !adminEval[bool](p, "read the kind control", `document.querySelector('#lf-kind').disabled && document.querySelector('#lf-name').disabled`) {
+		t.Error("the kind or the name of an existing limit can be changed")
+	}
+	p.do("cancel the edit", chromedp.Click(chromedp.CSS(`#limit-dialog [data-close]`)), chromedp.WaitNotVisible(chromedp.CSS("#limit-dialog")))
+	p.waitFocus("the focus is back on the row's edit button", editOf("ModelCalls"))
+
+	// A mistyped zone: the form first says that a new zone restarts the
+	// usage, then shows the API's message beside the zone, and nothing
+	// is written.
+	p.do("edit the quota", chromedp.Click(chromedp.CSS(editOf("ExportsPerDay"))), chromedp.WaitVisible(chromedp.CSS("#lf-zone")))
+	p.waitValue("the dialog shows its zone", "#lf-zone", "Europe/Paris")
+	p.do("mistype the zone", p.typeInto("#lf-zone", "Europe/Pariss"))
+	p.waitText("the form says the usage restarts", "#lf-restart", "starts the quota's usage again")
+	p.do("save the mistyped zone", chromedp.Click(chromedp.CSS("#lf-save")))
+	want := svc.fieldError(t, "PUT", "/v1/limits/ExportsPerDay", map[string]any{
+		"id_format": "string", "calendar": "day", "time_zone": "Europe/Pariss", "count": 5}, "time_zone")
+	p.waitTextIs("the API's message is beside the zone", "#lf-zone-error", want)
+	p.waitFocus("the zone has the focus", "#lf-zone")
+	if got := svc.limit(t, "ExportsPerDay")["time_zone"]; got != "Europe/Paris" {
+		t.Errorf("after a refused zone, time_zone = %v", got)
+	}
+
+	// Another zone gives the quota new windows: the day's usage starts
+	// again, as the form said.
+	p.do("move the quota to New York",
+		p.typeInto("#lf-zone", "America/New_York"),
+		chromedp.Click(chromedp.CSS("#lf-save")),
+		chromedp.WaitNotVisible(chromedp.CSS("#limit-dialog")))
+	p.waitText("the save says the usage restarts", "#limits-notice", "Its usage starts again in the new windows.")
+	p.do("look the quota's bucket up again", chromedp.Click(chromedp.CSS("#lk-refresh")))
+	p.waitText("the usage starts again", "#lk-used", "Used 0 of 5 this day (America/New_York)")
+
+	// An override of the quota sets its count alone.
+	p.do("open the new override dialog for the quota",
+		chromedp.Click(chromedp.CSS("#new-override")),
+		chromedp.WaitVisible(chromedp.CSS("#of-limit")),
+		chromedp.SendKeys(chromedp.CSS("#of-limit"), "E"))
+	p.waitValue("the count starts from the quota's", "#of-count", "5")
+	p.waitTextIs("and reads as the window's", `label[for="of-count"]`, "Per window (count)")
+	if p.visible("#of-burst") || p.visible("#of-period") {
+		t.Error("a quota's override form shows a burst or a period")
+	}
+	p.do("raise the quota for one bucket",
+		p.typeInto("#of-bucket", "acct-42"),
+		p.typeInto("#of-count", "8"),
+		chromedp.Click(chromedp.CSS("#of-save")),
+		chromedp.WaitNotVisible(chromedp.CSS("#override-dialog")))
+	quotaCard := `#override-list li[data-limit="ExportsPerDay"][data-bucket="acct-42"]`
+	p.waitText("the card shows the quota's new count", quotaCard+` [data-slot="allowance"]`, "8 per calendar day in America/New_York")
+	checkFields(t, "the quota's override", svc.override(t, "ExportsPerDay", "acct-42"), map[string]any{"count": 8.0, "burst": 8.0, "period": nil})
+
+	// An override of the concurrency limit sets its burst and lease
+	// period, and the bucket holds its lease under it.
+	p.do("open the new override dialog for the concurrency limit",
+		chromedp.Click(chromedp.CSS("#new-override")),
+		chromedp.WaitVisible(chromedp.CSS("#of-limit")),
+		chromedp.SendKeys(chromedp.CSS("#of-limit"), "M"))
+	p.waitValue("the burst starts from the limit's", "#of-burst", "10")
+	p.waitValue("and the lease period", "#of-period", "1h")
+	if p.visible("#of-count") {
+		t.Error("a concurrency limit's override form shows a count")
+	}
+	p.do("allow more leases for one bucket",
+		p.typeInto("#of-bucket", "acct-42"),
+		p.typeInto("#of-burst", "20"),
+		chromedp.Click(chromedp.CSS("#of-save")),
+		chromedp.WaitNotVisible(chromedp.CSS("#override-dialog")))
+	leaseCard := `#override-list li[data-limit="ModelCalls"][data-bucket="acct-42"]`
+	p.waitText("the card shows the new burst", leaseCard+` [data-slot="allowance"]`, "At most 20 at once, leases up to 1h")
+	checkFields(t, "the concurrency limit's override", svc.override(t, "ModelCalls", "acct-42"), map[string]any{"burst": 20.0, "count": 20.0, "period": "1h0m0s"})
+	p.do("look the bucket up from its card", chromedp.Click(chromedp.CSS(leaseCard+` [data-act="check"]`)))
+	p.waitTextIs("the lease is held under the override", "#lk-held", "3 of 20 held")
+	if os.Getenv("RATELIMIT_SCREENSHOT") == "1" {
+		p.screenshot(filepath.Join("..", "..", "docs", "admin.png"))
+	}
 
 	p.checkConsole()
 }
@@ -296,14 +514,14 @@ func adminCheckBody(bucketID string) map[string]any {
 	return map[string]any{"buckets": []map[string]any{{"limit": adminLimit, "bucket_id": bucketID, "cost": 0}}}
 }
 
-// fieldError returns the API's message for one field of an invalid new
-// override.
-func (s *adminService) fieldError(t *testing.T, body map[string]any, field string) string {
+// fieldError returns the API's message for one field of an invalid body,
+// which the API refuses with a 422 and writes nothing of.
+func (s *adminService) fieldError(t *testing.T, method, path string, body map[string]any, field string) string {
 	t.Helper()
 	var p struct {
 		Errors []struct{ Field, Message string }
 	}
-	s.mustCall(t, "POST", "/v1/overrides", s.bootstrap, body, http.StatusUnprocessableEntity, &p)
+	s.mustCall(t, method, path, s.bootstrap, body, http.StatusUnprocessableEntity, &p)
 	for _, e := range p.Errors {
 		if e.Field == field {
 			return e.Message
@@ -314,14 +532,33 @@ func (s *adminService) fieldError(t *testing.T, body map[string]any, field strin
 }
 
 // override returns the one override of the bucket, as the API has it.
-func (s *adminService) override(t *testing.T, bucketID string) map[string]any {
+func (s *adminService) override(t *testing.T, limit, bucketID string) map[string]any {
 	t.Helper()
 	var out struct{ Overrides []map[string]any }
-	s.mustCall(t, "GET", "/v1/overrides?limit="+adminLimit+"&bucket_id="+bucketID, s.bootstrap, nil, http.StatusOK, &out)
+	s.mustCall(t, "GET", "/v1/overrides?limit="+limit+"&bucket_id="+bucketID, s.bootstrap, nil, http.StatusOK, &out)
 	if len(out.Overrides) != 1 {
 		t.Fatalf("%d overrides of %s, want 1", len(out.Overrides), bucketID)
 	}
 	return out.Overrides[0]
+}
+
+// limit returns a limit as the API has it.
+func (s *adminService) limit(t *testing.T, name string) map[string]any {
+	t.Helper()
+	var out map[string]any
+	s.mustCall(t, "GET", "/v1/limits/"+name, s.bootstrap, nil, http.StatusOK, &out)
+	return out
+}
+
+// checkFields fails the test for every field of got that is not as in
+// want (JSON numbers are float64, a missing or null field nil).
+func checkFields(t *testing.T, what string, got, want map[string]any) {
+	t.Helper()
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %s = %v, want %v", what, k, got[k], w)
+		}
+	}
 }
 
 // ---- the browser ----
@@ -404,28 +641,15 @@ func (p *adminPage) do(step string, actions ...chromedp.Action[chromedp.Void]) {
 }
 
 // adminEval evaluates a JavaScript expression in the page.
-func adminEval[T any](p *adminPage, step, expr string) T {
+func adminEval[T any](p *adminPage, step, expr string, opts ...chromedp.EvaluateOption) T {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, adminStepTimeout)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
 	if err != nil {
 		p.t.Fatalf("%s: %v", step, err)
 	}
 	return v
-}
-
-// poll waits until a JavaScript function of no arguments returns true.
-func (p *adminPage) poll(step, fn string, args ...any) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, adminStepTimeout)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.PollFunction[bool](fn,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(adminStepTimeout-time.Second),
-		chromedp.WithPollingArgs(args...)))
-	if err != nil {
-		p.t.Fatalf("%s: %v", step, err)
-	}
 }
 
 // waitFor waits until the element that sel finds is visible and test
@@ -464,10 +688,25 @@ func (p *adminPage) waitValue(step, sel, want string) {
 	p.waitFor(step, sel, "got === want", "value", want)
 }
 
-// waitFocus waits until the element that sel finds has the focus.
+// waitFocus waits until the element that sel finds has the focus, and
+// says where the focus is when it never comes.
 func (p *adminPage) waitFocus(step, sel string) {
 	p.t.Helper()
-	p.poll(step, `(sel) => document.activeElement === document.querySelector(sel)`, sel)
+	ctx, cancel := context.WithTimeout(p.ctx, adminStepTimeout)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.PollFunction[bool](`(sel) => document.activeElement === document.querySelector(sel)`,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(adminStepTimeout-time.Second),
+		chromedp.WithPollingArgs(sel)))
+	if err != nil {
+		at := adminEval[string](p, step, `(el => el ? el.outerHTML.slice(0, 200) : '(none)')(document.activeElement)`)
+		p.t.Fatalf("%s: the focus is not on %s but on %s: %v", step, sel, at, err)
+	}
+}
+
+// visible reports whether the element that sel finds is shown now.
+func (p *adminPage) visible(sel string) bool {
+	p.t.Helper()
+	return adminEval[bool](p, "see whether "+sel+" is shown", fmt.Sprintf(`document.querySelector(%q)?.checkVisibility() ?? false`, sel))
 }
 
 // typeInto replaces the text of a field: it empties the field, then types

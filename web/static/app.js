@@ -1,14 +1,16 @@
 // The admin page of ratelimitd: sign-in with a pasted token, the limits,
 // Envoy's rules, and the look-up of a bucket, by limit and bucket id or by
-// Envoy domain and descriptor. The overrides panel is in overrides.js. The
-// page uses only the public REST API (api.js).
+// Envoy domain and descriptor. The limit dialog is in limits.js, the
+// overrides panel in overrides.js. The page uses only the public REST API
+// (api.js).
 
 import { Client, describe } from './api.js';
 import {
   $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, reportProblem,
-  showFieldErrors, showProblem,
+  showFieldErrors, showProblem, showSort,
 } from './dom.js';
-import { allowance, duration, localTime, utcTime } from './format.js';
+import { allowance, duration, localTime, sortNames, sortOf, utcTime } from './format.js';
+import * as limits from './limits.js';
 import * as overrides from './overrides.js';
 
 // The token lives in sessionStorage: it survives a reload of the tab and
@@ -19,8 +21,9 @@ const TOKEN_KEY = 'ratelimitd.admin.token';
 const session = { client: null, me: null, limits: [] };
 
 // Whether a scope may change overrides, as the API documents it; every
-// scope may look buckets up.
+// scope may look buckets up. Only admins change limits.
 const mayManage = (scope) => scope === 'admin' || scope === 'support';
+const mayDefine = (scope) => scope === 'admin';
 
 // ---- sign-in ----
 
@@ -72,6 +75,7 @@ function signOut(message = '') {
   $('#lookup-form').reset();
   showLookupBy('bucket');
   $('#limits-table tbody').replaceChildren();
+  $('#limits-notice').textContent = '';
   $('#rules-table tbody').replaceChildren();
   $('#app').hidden = true;
   $('#session').hidden = true;
@@ -143,14 +147,20 @@ function showLookupBy(by) {
 
 function renderLimits() {
   const manage = mayManage(session.me.scope);
+  const define = mayDefine(session.me.scope);
+  $('#new-limit').hidden = !define;
+  $('#limits-change-head').hidden = !define;
   const rows = session.limits.map((l) => {
     const row = fromTemplate('limit-row');
     row.dataset.limit = l.name;
     fill(row, 'name', ...breakable(l.name));
     fill(row, 'description', l.description);
+    fill(row, 'kind', sortNames[sortOf(l)]);
     fill(row, 'id-format', l.id_format);
-    fill(row, 'defaults', allowance(l));
+    fill(row, 'defaults', allowance(l, l));
     fill(row, 'shadow', l.shadow ? 'Yes: never denies' : 'No');
+    fill(row, 'what', ` limit ${l.name}`);
+    row.querySelector('[data-slot="change"]').hidden = !define;
     const n = l.override_count;
     fill(row, 'overrides', manage
       ? h('button', { type: 'button', class: 'link', 'data-limit': l.name },
@@ -220,11 +230,15 @@ async function lookUp(limit, bucketID) {
       rule = data.rule;
       target = { limit: data.limit, bucket_id: data.bucket_id };
     }
-    const { data } = await busy($('#lookup-panel'), () => session.client.call('POST', 'v1/check', {
-      body: { buckets: [{ ...target, cost: 0 }] },
-    }));
+    const { result, definition } = await busy($('#lookup-panel'), async () => {
+      const { data } = await session.client.call('POST', 'v1/check', { body: { buckets: [{ ...target, cost: 0 }] } });
+      // The decision does not say what sort of limit it is of, nor a
+      // quota's calendar: the limit, read now, does.
+      const name = encodeURIComponent(data.decisions[0].limit);
+      return { result: data, definition: (await session.client.call('GET', `v1/limits/${name}`)).data };
+    });
     if (seq !== lookupSeq) return;
-    showDecision(data, rule);
+    showDecision(result, definition, rule);
   } catch (err) {
     if (seq !== lookupSeq) return;
     lastLookup = null;
@@ -243,30 +257,50 @@ const sources = {
   unlimited: 'An unlimited override: always allowed',
 };
 
-function showDecision(result, rule = null) {
+// capacity is what the remaining tokens are out of, for each sort.
+const capacity = {
+  rate: (d) => `${d.burst} (its burst)`,
+  quota: (d) => `${d.count} (its count)`,
+  concurrency: (d) => `${d.burst} (at most at once)`,
+};
+
+// showDecision shows a check of a bucket of limit: what is left, and what
+// is held (a concurrency limit's leases) or used (a quota's window).
+function showDecision(result, limit, rule = null) {
   const d = result.decisions[0];
+  const sort = sortOf(limit);
+  showSort($('#lookup-result'), sort);
   const matched = $('#lk-rule');
   matched.hidden = rule === null;
   matched.textContent = rule ? `Envoy rule of domain ${rule.domain}: ${descriptorText(rule.descriptor)}` : '';
   lastLookup = { limit: d.limit, bucket_id: d.bucket_id };
   $('#lk-canonical').textContent = d.bucket_id;
   $('#lk-limit-name').textContent = d.limit;
+  const exempt = d.source === 'unlimited';
+  const notCounted = 'Not counted: an unlimited override exempts the bucket';
+  $('#lk-held').textContent = exempt ? notCounted : `${d.held} of ${d.burst} held`;
+  // A quota's debt (after a settle) is usage beyond its count.
+  const used = d.count - d.remaining + d.debt;
+  const thisWindow = sort === 'quota' ? `this ${limit.calendar} (${limit.time_zone})` : '';
+  $('#lk-used').textContent = exempt ? notCounted
+    : `Used ${used} of ${d.count} ${thisWindow}, resets in ${duration(d.reset_after_ms)}`;
   $('#lk-remaining').textContent = String(d.remaining);
   $('#lk-unit').textContent = d.unit;
   // A settle that charged more than was left puts a bucket into debt;
-  // spends are denied until the refill has paid it off.
+  // spends are denied until the refill, or a quota's next window, has
+  // paid it off.
   $('#lk-debt').textContent = d.debt > 0
-    ? `${d.debt} ${d.unit} owed: spends are denied until it is paid off`
+    ? `${d.debt} ${d.unit} owed: spends are denied until ${sort === 'quota' ? 'the window ends' : 'it is paid off'}`
     : 'None';
-  $('#lk-burst').textContent = `${d.burst} (its burst)`;
+  $('#lk-burst').textContent = capacity[sort](d);
   const full = $('#lk-reset-at');
   if (d.reset_after_ms <= 0) {
-    full.textContent = 'Now: the bucket is full';
+    full.textContent = sort === 'concurrency' ? 'Now: no lease is held' : 'Now: the bucket is full';
   } else {
     const at = new Date(Date.now() + d.reset_after_ms);
     full.textContent = `In ${duration(d.reset_after_ms)}, at ${localTime(at)} (${utcTime(at)})`;
   }
-  $('#lk-params').textContent = d.source === 'unlimited' ? 'None: the bucket is exempt' : allowance(d);
+  $('#lk-params').textContent = exempt ? 'None: the bucket is exempt' : allowance(d, limit);
   $('#lk-source').textContent = sources[d.source] ?? d.source;
   const warning = $('#lk-warning');
   warning.textContent = result.degraded
@@ -277,8 +311,10 @@ function showDecision(result, rule = null) {
   $('#lk-reset').hidden = !mayManage(scope);
   $('#lk-grant').hidden = !mayManage(scope) || d.source !== 'default';
   $('#lookup-result').hidden = false;
-  $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${d.remaining} ${d.unit} of ${d.burst} remaining` +
-    (d.debt > 0 ? `, ${d.debt} owed.` : '.');
+  let state = `${d.remaining} ${d.unit} of ${d.burst} remaining`;
+  if (!exempt && sort === 'concurrency') state = `${d.held} of ${d.burst} held, ${d.remaining} ${d.unit} remaining`;
+  if (!exempt && sort === 'quota') state = `used ${used} of ${d.count} ${thisWindow}, ${d.remaining} ${d.unit} remaining`;
+  $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${state}` + (d.debt > 0 ? `, ${d.debt} owed.` : '.');
 }
 
 async function resetBucket() {
@@ -310,6 +346,7 @@ async function lookUpFromCard(limit, bucketID) {
 
 function init() {
   initDialogs();
+  limits.init({ session, reloadLimits: loadLimits });
   overrides.init({ session, lookUp: lookUpFromCard, reloadLimits: loadLimits });
 
   $('#token-form').addEventListener('submit', (ev) => {
@@ -324,9 +361,11 @@ function init() {
   });
   $('#sign-out').addEventListener('click', () => signOut());
   $('#limits-reload').addEventListener('click', loadLimits);
+  $('#new-limit').addEventListener('click', () => limits.openCreate());
   $('#limits-table').addEventListener('click', (ev) => {
     const button = ev.target.closest('button[data-limit]');
     if (button) showOverridesOf(button.dataset.limit);
+    if (ev.target.closest('button[data-act="edit-limit"]')) limits.openEdit(ev.target.closest('tr').dataset.limit);
   });
   $('#lookup-form').addEventListener('change', (ev) => {
     if (ev.target.name === 'by') showLookupBy(ev.target.value);

@@ -62,6 +62,20 @@ export function clearErrors(form) {
   for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
 }
 
+// showSort shows what of a form or panel applies to one sort of limit
+// (format.js sortOf): an element with data-sorts="rate quota" is hidden
+// for the other sorts, and one with data-rate, data-quota or
+// data-concurrency takes that text (its data-rate one where the sort has
+// none), so that a label or a hint says what a field means for each.
+// Hiding is all it does: a form also disables what does not apply, so
+// that it is not sent.
+export function showSort(root, sort) {
+  for (const el of root.querySelectorAll('[data-sorts]')) el.hidden = !el.dataset.sorts.split(' ').includes(sort);
+  for (const el of root.querySelectorAll('[data-rate], [data-quota], [data-concurrency]')) {
+    el.textContent = el.dataset[sort] ?? el.dataset.rate ?? '';
+  }
+}
+
 // breakable writes a name such as NewOrdersPerAccount with line break
 // opportunities between its words, so that a narrow column wraps it at
 // "Orders" and "Per" rather than in the middle of a word.
@@ -124,13 +138,19 @@ export function openDialog(dialog, { focusEl, returnFocus } = {}) {
 }
 
 // initDialogs wires the close buttons of every dialog and the return of
-// the focus when one closes, by a button or by Escape.
+// the focus when one closes, by a button or by Escape. The browser gives
+// the focus back to the opener as the dialog closes; returnFocus is for
+// when that element is gone (re-rendered or removed) and the focus with
+// it. The close event comes later, in a task of its own, possibly after
+// the user's next click: where they went, the focus stays.
 export function initDialogs() {
   for (const dialog of document.querySelectorAll('dialog')) {
     for (const button of dialog.querySelectorAll('[data-close]')) {
       button.addEventListener('click', () => dialog.close());
     }
     dialog.addEventListener('close', () => {
+      const active = document.activeElement;
+      if (active && active !== document.body && !dialog.contains(active)) return;
       const target = dialog.returnFocus?.();
       if (target?.isConnected) target.focus();
     });

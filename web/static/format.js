@@ -62,16 +62,45 @@ export function duration(ms) {
 }
 
 // period shortens a canonical Go duration: "3h0m0s" becomes "3h", which
-// still parses as the same duration.
+// still parses as the same duration. A calendar quota has none.
 export function period(p) {
+  if (p == null) return '—';
   return p.replace(/([hm])0s$/, '$1').replace(/h0m/, 'h');
 }
 
-// allowance says what a limit or an override lets through.
-export function allowance(p) {
+// sortOf is what a limit counts, in the page's words: a GCRA rate, a
+// calendar quota (a rate limit with a calendar, as the API has it), or a
+// concurrency limit. The sort is fixed when a limit is created. A limit
+// the page does not know (yet) reads as a rate.
+export function sortOf(limit) {
+  if (limit?.kind === 'concurrency') return 'concurrency';
+  return limit?.calendar ? 'quota' : 'rate';
+}
+
+// sortNames are the sorts as the limits table names them.
+export const sortNames = { rate: 'Rate', quota: 'Calendar quota', concurrency: 'Concurrency' };
+
+// paramsOf lists the parameters that a limit of each sort, and an override
+// of it, is given: a quota's burst is its count and its window the
+// calendar's; a concurrency limit's count is its burst. The others are
+// neither shown nor sent.
+export const paramsOf = { rate: ['burst', 'count', 'period'], quota: ['count'], concurrency: ['burst', 'period'] };
+
+// allowance says what a limit, an override or a decision (p) lets through
+// under its limit, whose sort and calendar it follows.
+export function allowance(p, limit) {
   if (p.unlimited) return 'Unlimited: always allowed';
-  if (p.burst === 0) return 'Blocked: burst 0 denies every request';
-  return `${p.count} per ${period(p.period)}, burst ${p.burst}`;
+  switch (sortOf(limit)) {
+    case 'quota':
+      if (p.count === 0) return 'Blocked: count 0 denies every request';
+      return `${p.count} per calendar ${limit.calendar} in ${limit.time_zone}`;
+    case 'concurrency':
+      if (p.burst === 0) return 'Blocked: burst 0 denies every lease';
+      return `At most ${p.burst} at once, leases up to ${period(p.period)}`;
+    default:
+      if (p.burst === 0) return 'Blocked: burst 0 denies every request';
+      return `${p.count} per ${period(p.period)}, burst ${p.burst}`;
+  }
 }
 
 function pad(n) {

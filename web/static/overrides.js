@@ -1,12 +1,16 @@
 // The overrides panel: search with pages, one card per override, the
 // create and edit dialog, enable/disable, delete with confirmation and the
-// history of each override.
+// history of each override. An override sets the parameters of its
+// limit's sort: a quota's count, a concurrency limit's burst and lease
+// period, a rate limit's all three.
 
 import {
   $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, openDialog, reportProblem,
-  showFieldErrors, showProblem,
+  showFieldErrors, showProblem, showSort,
 } from './dom.js';
-import { allowance, changes, fromLocalInput, localTime, period, relative, toLocalInput, utcTime, when } from './format.js';
+import {
+  allowance, changes, fromLocalInput, localTime, paramsOf, period, relative, sortOf, toLocalInput, utcTime, when,
+} from './format.js';
 
 const PAGE_SIZE = 25;
 const MERGE_PATCH = 'application/merge-patch+json';
@@ -62,10 +66,11 @@ export function init(context) {
 
   form.addEventListener('submit', onSave);
   form.elements.limit.addEventListener('change', () => {
+    syncParams();
     prefillDefaults();
     showDefaults();
   });
-  form.elements.unlimited.addEventListener('change', syncUnlimited);
+  form.elements.unlimited.addEventListener('change', syncParams);
   for (const type of ['input', 'change']) form.elements.expires_at.addEventListener(type, showExpiry);
   for (const button of form.querySelectorAll('[data-expire-days]')) {
     button.addEventListener('click', () => setExpiry(Number(button.dataset.expireDays)));
@@ -174,7 +179,7 @@ function card(o) {
     badges.push(h('span', { class: `badge ${expired ? 'off' : 'info'}`, 'data-expires': o.expires_at }, expiryPhrase(o.expires_at)));
   }
   fill(li, 'badges', ...badges.flatMap((b) => [b, ' ']));
-  fill(li, 'allowance', allowance(o));
+  fill(li, 'allowance', allowance(o, limitNamed(o.limit)));
   fill(li, 'expires', ...(o.expires_at ? [when(o.expires_at)] : ['Never']));
   fill(li, 'comment', o.comment || '(none)');
   fill(li, 'changed', when(o.updated_at), ` by ${o.updated_by}, version ${o.version}`);
@@ -257,6 +262,11 @@ function limitNamed(name) {
   return app.session.limits.find((l) => l.name === name);
 }
 
+// chosenSort is the sort of the limit chosen in the dialog.
+function chosenSort() {
+  return sortOf(limitNamed(form.elements.limit.value));
+}
+
 // openCreate opens the dialog for a new override, with the limit and
 // bucket id given (from the look-up panel) or those of the search.
 export function openCreate(prefill = {}) {
@@ -282,7 +292,9 @@ async function openEdit(o) {
   replaceCard(current.override);
   editing = current;
   fillForm(current.override);
-  openDialog(dialog, { focusEl: form.elements.burst.disabled ? form.elements.unlimited : form.elements.burst, returnFocus: () => cardButton(o.id, 'edit') });
+  const f = form.elements;
+  const firstParam = [f.burst, f.count, f.period].find((input) => !input.disabled);
+  openDialog(dialog, { focusEl: firstParam ?? f.unlimited, returnFocus: () => cardButton(o.id, 'edit') });
 }
 
 function fillForm(o, prefill = {}) {
@@ -304,8 +316,8 @@ function fillForm(o, prefill = {}) {
   f.expires_at.value = toLocalInput(o?.expires_at);
   // The picker offers no past times; the API refuses them anyway.
   f.expires_at.min = toLocalInput(new Date().toISOString());
+  syncParams();
   if (!o) prefillDefaults();
-  syncUnlimited();
   showDefaults();
   showExpiry();
 }
@@ -315,7 +327,7 @@ function fillForm(o, prefill = {}) {
 function prefillDefaults() {
   if (editing) return;
   const l = limitNamed(form.elements.limit.value);
-  for (const key of ['burst', 'count', 'period']) {
+  for (const key of paramsOf[sortOf(l)]) {
     const input = form.elements[key];
     if (input.value !== '' && input.value !== input.dataset.prefilled) continue;
     const value = !l ? '' : key === 'period' ? period(l.period) : String(l[key]);
@@ -327,13 +339,17 @@ function prefillDefaults() {
 function showDefaults() {
   const l = limitNamed(form.elements.limit.value);
   $('#of-defaults').textContent = l
-    ? `The default of ${l.name} is ${allowance(l)}.`
+    ? `The default of ${l.name} is ${allowance(l, l)}.`
     : 'Choose a limit to see its defaults.';
 }
 
-function syncUnlimited() {
+// syncParams shows the parameters of the chosen limit's sort, and
+// enables those unless the override is unlimited, which keeps none.
+function syncParams() {
   const f = form.elements;
-  for (const input of [f.burst, f.count, f.period]) input.disabled = f.unlimited.checked;
+  const sort = chosenSort();
+  showSort(form, sort);
+  for (const key of ['burst', 'count', 'period']) f[key].disabled = f.unlimited.checked || !paramsOf[sort].includes(key);
 }
 
 function showExpiry() {
@@ -383,16 +399,17 @@ async function saveCreate() {
     body.unlimited = true;
   } else {
     // Empty fields are left out, and the API says which are required.
-    if (f.burst.value !== '') body.burst = Number(f.burst.value);
-    if (f.count.value !== '') body.count = Number(f.count.value);
-    if (f.period.value.trim() !== '') body.period = f.period.value.trim();
+    for (const key of paramsOf[chosenSort()]) {
+      const value = f[key].value.trim();
+      if (value !== '') body[key] = key === 'period' ? value : Number(value);
+    }
   }
   const expires = expiresValue();
   if (expires) body.expires_at = expires;
   try {
     const { data } = await busy(dialog, () => client().call('POST', 'v1/overrides', { body }));
     dialog.close();
-    notice.textContent = `Created the override of ${data.limit} for ${data.bucket_id}: ${allowance(data)}.`;
+    notice.textContent = `Created the override of ${data.limit} for ${data.bucket_id}: ${allowance(data, limitNamed(data.limit))}.`;
     await search();
     app.reloadLimits();
   } catch (err) {
@@ -419,13 +436,14 @@ function patchOf(o) {
   const unlimited = f.unlimited.checked;
   if (unlimited !== o.unlimited) patch.unlimited = unlimited;
   if (!unlimited) {
-    // Ending an unlimited override needs all three parameters anew. An
-    // emptied field is left out, as in a create, and the API says which
-    // are required.
-    if (f.burst.value !== '' && (o.unlimited || f.burst.value !== String(o.burst))) patch.burst = Number(f.burst.value);
-    if (f.count.value !== '' && (o.unlimited || f.count.value !== String(o.count))) patch.count = Number(f.count.value);
-    const p = f.period.value.trim();
-    if (p !== '' && (o.unlimited || p !== period(o.period))) patch.period = p;
+    // Ending an unlimited override needs the parameters of its limit's
+    // sort anew. An emptied field is left out, as in a create, and the
+    // API says which are required.
+    for (const key of paramsOf[chosenSort()]) {
+      const value = f[key].value.trim();
+      const was = key === 'period' ? period(o.period) : String(o[key]);
+      if (value !== '' && (o.unlimited || value !== was)) patch[key] = key === 'period' ? value : Number(value);
+    }
   }
   if (f.comment.value !== o.comment) patch.comment = f.comment.value;
   if (f.enabled.checked !== o.enabled) patch.enabled = f.enabled.checked;
@@ -489,7 +507,7 @@ async function reloadForm(id, err) {
 function openDelete(o) {
   deleting = o;
   clearProblem($('#del-problem'));
-  $('#del-text').textContent = `The override of ${o.limit} for bucket ${o.bucket_id} (${allowance(o)}) will be deleted, and the bucket goes back to the limit's defaults. Its history is kept.`;
+  $('#del-text').textContent = `The override of ${o.limit} for bucket ${o.bucket_id} (${allowance(o, limitNamed(o.limit))}) will be deleted, and the bucket goes back to the limit's defaults. Its history is kept.`;
   openDialog(deleteDialog, { focusEl: $('#del-cancel'), returnFocus: () => cardButton(o.id, 'delete') });
 }
 
