@@ -30,42 +30,93 @@ func quotaRate(count int64) Rate { return Rate{Interval: 1, Burst: count} }
 // length. Hours are real hours aligned to the zone's offset: in a zone
 // whose offset is whole hours they are the UTC hours, and a repeated hour
 // of a fall-back day is two windows. In the few zones that shift by 30
-// minutes, the hour of the shift is cut short.
+// minutes, the shift cuts the hour it falls in.
 func window(c Calendar, zone *time.Location, now time.Time) (start, end time.Time) {
 	local := now.In(zone)
 	if c == CalendarHour {
 		_, offset := local.Zone()
 		shift := time.Duration(offset%3600) * time.Second
 		start = now.Add(shift).Truncate(time.Hour).Add(-shift)
-		return start, start.Add(time.Hour)
+		end = start.Add(time.Hour)
+		// In a zone that shifts by 30 minutes, the hours on either side
+		// of the shift are aligned differently: the shift cuts them, so
+		// that no two windows overlap. (A shift by whole hours keeps the
+		// alignment, even where it happens at an odd minute.)
+		from, to := local.ZoneBounds()
+		switch {
+		case !from.IsZero() && from.After(start) && otherAlignment(from.Add(-time.Nanosecond), zone, offset):
+			start = from
+		case !to.IsZero() && to.Before(end) && otherAlignment(to, zone, offset):
+			end = to
+		}
+		return start, end
 	}
 	y, m, d := local.Date()
+	// boundary(k) is the start of the k-th window after the one whose
+	// local date now shows.
+	var boundary func(k int) time.Time
 	switch c {
 	case CalendarDay:
-		start, end = midnight(y, m, d, zone), midnight(y, m, d+1, zone)
+		boundary = func(k int) time.Time { return midnight(y, m, d+k, zone) }
 	case CalendarWeek:
 		back := (int(local.Weekday()) + 6) % 7 // days since Monday
-		start, end = midnight(y, m, d-back, zone), midnight(y, m, d-back+7, zone)
+		boundary = func(k int) time.Time { return midnight(y, m, d-back+7*k, zone) }
 	case CalendarMonth:
-		start, end = midnight(y, m, 1, zone), midnight(y, m+1, 1, zone)
+		boundary = func(k int) time.Time { return midnight(y, m+time.Month(k), 1, zone) }
 	default: // CalendarYear; Validate admits no other
-		start, end = midnight(y, 1, 1, zone), midnight(y+1, 1, 1, zone)
+		boundary = func(k int) time.Time { return midnight(y+k, 1, 1, zone) }
+	}
+	start, end = boundary(0), boundary(1)
+	// A clock set back across midnight shows the day before again, after
+	// the next day has begun (St. John's did, at 00:01): windows follow
+	// the instants, so such a time is in the next day's window.
+	for k := 2; !now.Before(end) && k < 4; k++ {
+		start, end = end, boundary(k)
 	}
 	return start, end
 }
 
-// midnight returns the first instant of a local date. Where a zone skips
-// midnight (a daylight-saving change at 00:00), the day starts when its
-// clock does, which time.Date may place an hour early; the start is then
-// taken as the first instant whose local date is that day.
+// otherAlignment reports whether the offset at t aligns hours otherwise
+// than offset does.
+func otherAlignment(t time.Time, zone *time.Location, offset int) bool {
+	_, o := t.In(zone).Zone()
+	return (o-offset)%3600 != 0
+}
+
+// midnight returns the first instant at which the zone's clock shows a
+// date from y-m-d on. time.Date alone does not: where a zone skips
+// midnight (a daylight-saving change at 00:00, Kiritimati's 40 minutes in
+// 1979) or the whole day (Samoa skipped 30 December 2011), it may give an
+// instant of the day before, and where midnight comes twice (Paris set
+// its clocks back from 01:00 to 00:00 in 1976) it may give the second.
+// The zone's changes around the instant it gives say where the day
+// really starts.
 func midnight(y int, m time.Month, d int, zone *time.Location) time.Time {
+	want := days(y, m, d)
 	t := time.Date(y, m, d, 0, 0, 0, 0, zone)
-	if _, _, dd := t.Date(); dd != time.Date(y, m, d, 12, 0, 0, 0, zone).Day() {
-		// time.Date gave an instant of the day before: the day's clock
-		// starts after the skipped hour.
-		t = t.Add(time.Hour)
+	if ty, tm, td := t.Date(); days(ty, tm, td) < want {
+		// Midnight was skipped: the day starts when the clock jumps.
+		if _, change := t.ZoneBounds(); !change.IsZero() {
+			return change
+		}
+		return t
+	}
+	// Midnight came twice when the offset before t's period also shows
+	// it, before the change.
+	if change, _ := t.ZoneBounds(); !change.IsZero() {
+		_, before := change.Add(-time.Nanosecond).Zone()
+		first := time.Date(y, m, d, 0, 0, 0, 0, time.FixedZone("", before)).In(zone)
+		if fy, fm, fd := first.Date(); first.Before(change) && days(fy, fm, fd) == want {
+			return first
+		}
 	}
 	return t
+}
+
+// days numbers a date of the proleptic Gregorian calendar, so that dates
+// compare as integers, month and day overflow normalised.
+func days(y int, m time.Month, d int) int64 {
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() / 86400
 }
 
 // quotaNow converts the real time of a quota decision into the clock of

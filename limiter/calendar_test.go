@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,4 +175,82 @@ func runConcurrently(n int, f func() bool) int {
 	}
 	wg.Wait()
 	return int(yes.Load())
+}
+
+// TestWindowsKeepQuotasApart checks, over zones with odd offsets and
+// changes (30-minute and 2-hour shifts, a skipped day, midnight changes)
+// and random instants from 1970 to 2100, what the quota encoding rests on
+// (calendar.go): the window holds the instant, and the next window ends at
+// least the calendar's shortest window later, so that a TAT two counts
+// past one window's end is behind the next window's clock.
+func TestWindowsKeepQuotasApart(t *testing.T) {
+	zones := []string{"UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata", "Asia/Kathmandu", "Pacific/Chatham",
+		"Australia/Lord_Howe", "Pacific/Apia", "America/Sao_Paulo", "Africa/Casablanca", "Antarctica/Troll", "America/Havana",
+		"Asia/Tehran", "Pacific/Kiritimati", "America/St_Johns", "Europe/Dublin"}
+	shortest := map[limiter.Calendar]time.Duration{
+		limiter.CalendarHour: 30 * time.Minute, limiter.CalendarDay: 20 * time.Hour, limiter.CalendarWeek: 6 * 24 * time.Hour,
+		limiter.CalendarMonth: 27 * 24 * time.Hour, limiter.CalendarYear: 364 * 24 * time.Hour,
+	}
+	r := rand.New(rand.NewPCG(19, 22))
+	from, to := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	for _, name := range zones {
+		loc := zone(t, name)
+		// Random instants, and instants around every change of offset
+		// from 1990 to 2040, where the windows are odd. (Before, zones
+		// shifted by 20 or 40 minutes, Kiritimati in 1979, which the
+		// hour's count bound does not allow for; no quota runs then.)
+		var ats []time.Time
+		for range 400 {
+			ats = append(ats, time.Unix(from+r.Int64N(to-from), r.Int64N(1e9)))
+		}
+		for _, c := range offsetChanges(loc, time.Date(1990, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)) {
+			for _, d := range []time.Duration{-25 * time.Hour, -time.Hour, -time.Second, 0, time.Second, 30 * time.Minute, time.Hour, 23 * time.Hour} {
+				ats = append(ats, c.Add(d))
+			}
+		}
+		for cal, least := range shortest {
+			for _, at := range ats {
+				start, end, _ := limiter.Window(cal, loc, at)
+				if at.Before(start) || !at.Before(end) {
+					t.Fatalf("%s %s at %s: window [%s, %s) does not hold it", name, cal, at, start, end)
+				}
+				// The window's first and last instants have the same window.
+				for _, edge := range []time.Time{start, end.Add(-time.Nanosecond)} {
+					if s, e, _ := limiter.Window(cal, loc, edge); !s.Equal(start) || !e.Equal(end) {
+						t.Fatalf("%s %s at %s: window [%s, %s), but at %s [%s, %s)", name, cal, at, start, end, edge, s, e)
+					}
+				}
+				_, next, _ := limiter.Window(cal, loc, end)
+				if next.Sub(end) < least {
+					t.Fatalf("%s %s at %s: the next window ends %s after this one's end %s, less than %s", name, cal, at, next.Sub(end), end, least)
+				}
+			}
+		}
+	}
+}
+
+// offsetChanges returns the instants in [from, to) at which loc's offset
+// changes, found a day at a time and then to the second.
+func offsetChanges(loc *time.Location, from, to time.Time) []time.Time {
+	var out []time.Time
+	_, off := from.In(loc).Zone()
+	for lo := from; lo.Before(to); lo = lo.Add(24 * time.Hour) {
+		hi := lo.Add(24 * time.Hour)
+		_, o := hi.In(loc).Zone()
+		if o == off {
+			continue
+		}
+		a, b := lo, hi
+		for b.Sub(a) > time.Second {
+			mid := a.Add(b.Sub(a) / 2)
+			if _, m := mid.In(loc).Zone(); m == off {
+				a = mid
+			} else {
+				b = mid
+			}
+		}
+		out = append(out, b)
+		off = o
+	}
+	return out
 }
