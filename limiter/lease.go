@@ -198,7 +198,8 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	}
 	rec := LeaseRecord{ID: NewLeaseID(), Expires: now.Add(ttl).UnixMicro(), MaxTTL: maxTTL}
 	acquired := false
-	if l.leaseLocal(decisions, pos) {
+	lease := &Lease{ID: rec.ID, Expires: time.UnixMicro(rec.Expires)}
+	if allowedHere(decisions, pos) {
 		// The store records the lease even when no bucket of it needs
 		// holding (unlimited ones only), so that its release and renewal
 		// answer as any lease's do.
@@ -211,7 +212,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 			}
 			// Failing open, the lease is held nowhere: its release does
 			// nothing.
-			return LeaseResult{Result: res, Lease: &Lease{ID: rec.ID, Expires: time.UnixMicro(rec.Expires)}}, nil
+			return LeaseResult{Result: res, Lease: lease}, nil
 		}
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
@@ -229,7 +230,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	res := summarize(decisions)
 	out := LeaseResult{Result: res}
 	if acquired {
-		out.Lease = &Lease{ID: rec.ID, Expires: time.UnixMicro(rec.Expires)}
+		out.Lease = lease
 	}
 	if l.observeLease != nil {
 		for i, p := range pos {
@@ -297,9 +298,9 @@ func (l *Limiter) observeLeaseKeys(e LeaseEvent, keys []string) {
 	}
 }
 
-// leaseLocal reports whether the buckets decided without the store allow
+// allowedHere reports whether the buckets decided without the store allow
 // the lease.
-func (l *Limiter) leaseLocal(decisions []Decision, pos []int) bool {
+func allowedHere(decisions []Decision, pos []int) bool {
 	for i, p := range pos {
 		if p < 0 && !decisions[i].Allowed && !decisions[i].Shadow {
 			return false

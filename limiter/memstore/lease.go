@@ -71,6 +71,9 @@ func (ls *leaseSet) latest() int64 {
 
 func leaseKey(b *limiter.LeaseBucket) []byte { return b.Key }
 
+// recordKey is a bucket key of a lease record, for lockKeys.
+func recordKey(k *string) []byte { return []byte(*k) }
+
 // Acquire implements limiter.LeaseStore.
 func (s *Store) Acquire(_ context.Context, now time.Time, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
 	nowUS := now.UnixMicro()
@@ -141,7 +144,7 @@ func (s *Store) Release(_ context.Context, now time.Time, id string) (limiter.Le
 		return limiter.LeaseRecord{}, limiter.ErrLeaseNotFound
 	}
 	keys := rec.Keys
-	set := lockKeys(s, keys, func(k *string) []byte { return []byte(*k) })
+	set := lockKeys(s, keys, recordKey)
 	for _, k := range keys {
 		sh := s.shard([]byte(k))
 		if ls := sh.leases[k]; ls != nil {
@@ -154,7 +157,7 @@ func (s *Store) Release(_ context.Context, now time.Time, id string) (limiter.Le
 			}
 		}
 	}
-	unlockKeys(s, keys, set, func(k *string) []byte { return []byte(*k) })
+	unlockKeys(s, keys, set, recordKey)
 	return *rec, nil
 }
 
@@ -175,7 +178,7 @@ func (s *Store) Renew(_ context.Context, now time.Time, id string, expires func(
 	// The record's lock is held across the buckets': Release takes them
 	// one after the other, never both, so this order cannot deadlock.
 	keys := rec.Keys
-	set := lockKeys(s, keys, func(k *string) []byte { return []byte(*k) })
+	set := lockKeys(s, keys, recordKey)
 	for _, k := range keys {
 		if ls := s.shard([]byte(k)).leases[k]; ls != nil {
 			if h, ok := ls.leases[id]; ok && h.expires > nowUS {
@@ -183,7 +186,7 @@ func (s *Store) Renew(_ context.Context, now time.Time, id string, expires func(
 			}
 		}
 	}
-	unlockKeys(s, keys, set, func(k *string) []byte { return []byte(*k) })
+	unlockKeys(s, keys, set, recordKey)
 	old := *rec
 	rec.Expires = until
 	return old, nil
