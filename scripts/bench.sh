@@ -51,15 +51,19 @@
 # Two more scenarios take other ways in, on the same store and in the same
 # rounds:
 #
-#   grpc  Envoy's ShouldRateLimit on the service's gRPC listener, driven by
-#         ghz (a Go module, built once into bin/ from the module proxy)
-#         through server reflection: domain "bench", one descriptor entry
-#         reg_id with a random id of 1..BENCH_IDS, which the rule the
-#         script creates maps onto bench_allowed_one. BENCH_GRPC_CONCURRENCY
-#         workers share BENCH_GRPC_CONNECTIONS connections; p50 and p99 are
-#         ghz's. A call that does not end in status OK is counted as a
-#         non-2xx answer; ghz does not read the answers, so whether they
-#         said OK or OVER_LIMIT is not checked.
+#   grpc  Envoy's ShouldRateLimit on the service's gRPC listener, driven
+#         by h2load as what a gRPC call is on the wire: a POST of a
+#         length-prefixed protobuf message over HTTP/2 without TLS, over
+#         BENCH_GRPC_CONNECTIONS connections of BENCH_GRPC_STREAMS streams
+#         each, as Envoy multiplexes its calls. Its one body asks domain
+#         "bench" with one descriptor entry reg_id = 1, which the rule the
+#         script creates maps onto bench_allowed_one. h2load reads neither
+#         the answers nor the trailers that carry a call's gRPC status, so
+#         the service's own count of its allowed gRPC decisions must grow
+#         by exactly the calls h2load saw answered: any shortfall is a call
+#         that failed or was not allowed. (A Go client such as ghz takes
+#         most of the two cores itself at a third of this rate, which left
+#         the service half idle and measured its wake-ups.)
 #   h2c   the REST spend over HTTP/2 without TLS (prior knowledge), driven
 #         by h2load (Debian's nghttp2-client package) over
 #         BENCH_H2C_CONNECTIONS connections of BENCH_H2C_STREAMS streams
@@ -79,12 +83,13 @@
 #   BENCH_STORES       which stores                           "memory redis"
 #   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc h2c"
 #                      (also 3-denied)
-#   BENCH_GRPC_CONCURRENCY  ghz workers (grpc)                32
-#   BENCH_GRPC_CONNECTIONS  ghz connections (grpc)            1
+#   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
+#   BENCH_GRPC_STREAMS      h2load streams per connection     32
 #   BENCH_H2C_CONNECTIONS   h2load connections (h2c)          2
 #   BENCH_H2C_STREAMS       h2load streams per connection     32
 #   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
-#   BENCH_GOGC         GOGC of the service                    Go's default (100)
+#   BENCH_GOGC         GOGC of the service                    unset: the service's
+#                      floor of 64 MiB between collections (docs/configuration.md)
 #
 # The exit status is 1 when a run counted an error: a non-2xx answer (or
 # gRPC status other than OK), an answer that did not say allowed (or
@@ -103,18 +108,17 @@ ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
 SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc h2c}
 REDIS_URL=${BENCH_REDIS_URL:-}
-GRPC_CONCURRENCY=${BENCH_GRPC_CONCURRENCY:-32}
-GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-1}
+GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
+GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
 H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
 H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
-GHZ_VERSION=v0.121.0
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
 	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | h2c) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
-for n in "$GRPC_CONCURRENCY" "$GRPC_CONNECTIONS" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
-	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONCURRENCY, BENCH_GRPC_CONNECTIONS, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
+for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
 done
 
 # has_scenario NAME reports whether BENCH_SCENARIOS names a scenario.
@@ -125,18 +129,15 @@ has_scenario() {
 
 need_wrk
 build
-# GHZ is ghz of GHZ_VERSION, built from the module proxy into bin/ on the
-# first run that needs it.
-GHZ="$ROOT/bin/ghz-$GHZ_VERSION"
-if has_scenario grpc && [ ! -x "$GHZ" ]; then
-	echo "bench: building ghz $GHZ_VERSION into bin/ (once)" >&2
-	GOBIN="$WORK/ghz" "${GO:-go}" install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" || die "building ghz failed"
-	mv "$WORK/ghz/ghz" "$GHZ"
-fi
-if has_scenario h2c && ! command -v h2load >/dev/null; then
-	die "h2load is needed for the h2c runs: install it with 'apt-get install nghttp2-client' (Debian, Ubuntu) or 'brew install nghttp2' (macOS), or leave h2c out of BENCH_SCENARIOS"
+if { has_scenario h2c || has_scenario grpc; } && ! command -v h2load >/dev/null; then
+	die "h2load is needed for the h2c and grpc runs: install it with 'apt-get install nghttp2-client' (Debian, Ubuntu) or 'brew install nghttp2' (macOS), or leave them out of BENCH_SCENARIOS"
 fi
 printf '{"buckets":[{"limit":"bench_allowed_one","bucket_id":"1"}]}' >"$WORK/h2c-body.json"
+# The grpc runs' call: no compression, 22 bytes of RateLimitRequest
+# {domain: "bench", descriptors: [{entries: [{key: "reg_id", value: "1"}]}]}
+# (field 1, "bench"; field 2, a descriptor of 13 bytes: its field 1, an
+# entry of 11 bytes: key "reg_id", value "1").
+printf '\x00\x00\x00\x00\x16\x0a\x05bench\x12\x0d\x0a\x0b\x0a\x06reg_id\x12\x011' >"$WORK/grpc-body.bin"
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
@@ -246,21 +247,26 @@ script_stats() {
 			END {print c + 0, u + 0, r + 0}'
 }
 
-# ghz_spend ADDR TOKEN DURATION calls ShouldRateLimit for DURATION (see
-# grpc above) and prints a line as wrk_spend does, "-" for the kinds of
-# errors when every call ended in OK, otherwise the status names.
-ghz_spend() {
-	local out
-	out=$("$GHZ" --insecure --call envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit \
-		--connections "$GRPC_CONNECTIONS" -c "$GRPC_CONCURRENCY" -z "$3" --duration-stop wait --timeout 10s -O json \
-		--metadata "{\"authorization\":\"Bearer $2\"}" \
-		--data "{\"domain\":\"bench\",\"descriptors\":[{\"entries\":[{\"key\":\"reg_id\",\"value\":\"{{randomInt 1 $((IDS + 1))}}\"}]}]}" \
-		"$1" 2>&1) || die "ghz failed: $out"
-	jq -r 'def at(p): [.latencyDistribution[]? | select(.percentage == p) | .latency][0] // 0 | . / 1000;
-		(.statusCodeDistribution // {}) as $codes
-		| [.count, .total / 1e9, at(50), at(99), ([$codes | to_entries[] | select(.key != "OK") | .value] | add // 0), 0, 0,
-			([$codes | keys[] | select(. != "OK")] | if length == 0 then "-" else join(",") end)] | map(tostring) | join(" ")' <<<"$out" ||
-		die "ghz printed no report: $out"
+# grpc_allowed URL prints how many gRPC spends on bench_allowed_one the
+# service at URL has counted as allowed.
+grpc_allowed() {
+	curl -s "$1/metrics" | awk '/^ratelimitd_decisions_total\{/ && /frontend="grpc"/ && /limit="bench_allowed_one"/ &&
+		/op="spend"/ && /result="allowed"/ {n += $2} END {printf "%d\n", n}'
+}
+
+# grpc_spend ADDR URL TOKEN DURATION calls ShouldRateLimit at ADDR for
+# DURATION (see grpc above), checks the calls against the decisions the
+# service at URL counted, and prints a line as wrk_spend does: p50 and p99
+# "-", and the calls that the service did not count as allowed as answers
+# with the wrong "allowed".
+grpc_spend() {
+	local out before after threads=$((GRPC_CONNECTIONS < WRK_THREADS ? GRPC_CONNECTIONS : WRK_THREADS))
+	before=$(grpc_allowed "$2")
+	out=$(h2load -c "$GRPC_CONNECTIONS" -m "$GRPC_STREAMS" -t "$threads" -D "$4" -d "$WORK/grpc-body.bin" \
+		-H "authorization: Bearer $3" -H 'content-type: application/grpc' -H 'te: trailers' \
+		"http://$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>&1) || die "h2load failed: $out"
+	after=$(grpc_allowed "$2")
+	h2load_line "$out" $((after - before))
 }
 
 # h2load_spend URL TOKEN DURATION spends over h2c for DURATION (see h2c
@@ -269,12 +275,20 @@ h2load_spend() {
 	local out threads=$((H2C_CONNECTIONS < WRK_THREADS ? H2C_CONNECTIONS : WRK_THREADS))
 	out=$(h2load -c "$H2C_CONNECTIONS" -m "$H2C_STREAMS" -t "$threads" -D "$3" -d "$WORK/h2c-body.json" \
 		-H "authorization: Bearer $2" -H 'content-type: application/json' "$1/v1/spend" 2>&1) || die "h2load failed: $out"
-	awk '$1 == "finished" {secs = $3 + 0}
+	h2load_line "$out" -
+}
+
+# h2load_line OUTPUT ALLOWED prints wrk_spend's line for h2load's OUTPUT;
+# ALLOWED, unless -, is how many of the answered requests the service
+# counted as allowed, and the rest count as wrong.
+h2load_line() {
+	awk -v allowed="$2" '$1 == "finished" {secs = $3 + 0}
 		$1 == "requests:" {done = $6; failed = $10; errored = $12; timeout = $14}
-		$1 == "status" && $2 == "codes:" {other = $5 + $7 + $9}
+		$1 == "status" && $2 == "codes:" {ok = $3; other = $5 + $7 + $9}
 		END {if (secs == "") exit 1
-			print done + 0, secs, "-", "-", other + 0, 0, errored + timeout, failed ? failed " failed, " errored " errored, " timeout " timed out" : "-"}' <<<"$out" ||
-		die "h2load printed no result: $out"
+			wrong = allowed == "-" ? 0 : ok - allowed
+			print done + 0, secs, "-", "-", other + 0, wrong, errored + timeout, failed ? failed " failed, " errored " errored, " timeout " timed out" : "-"}' <<<"$1" ||
+		die "h2load printed no result: $1"
 }
 
 # spend TARGET DURATION EXPECT loads a target for DURATION with the
@@ -284,7 +298,7 @@ spend() {
 	if [ "$t" != ceiling ]; then
 		local sc=${t#* }
 		case $sc in
-		grpc) ghz_spend "${GRPC[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		grpc) grpc_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		esac
 		n=${sc%%-*} kind=${sc#*-}
@@ -358,12 +372,12 @@ median() {
 echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
-has_scenario grpc && echo "grpc:    ghz $GHZ_VERSION, $GRPC_CONCURRENCY workers over $GRPC_CONNECTIONS connection$([ "$GRPC_CONNECTIONS" = 1 ] || echo s), ShouldRateLimit on one bucket (random id)"
+has_scenario grpc && echo "grpc:    $(h2load --version | head -1), $GRPC_CONNECTIONS connections x $GRPC_STREAMS streams, ShouldRateLimit on one bucket (the same id)"
 has_scenario h2c && echo "h2c:     $(h2load --version | head -1), $H2C_CONNECTIONS connections x $H2C_STREAMS streams, one bucket (the same id)"
 # Other work on the machine shows in its load average: the bench alone
 # keeps at most four processes busy (wrk, the target, Redis, the shell).
 echo "load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
-echo "service: GOGC=${BENCH_GOGC:-100}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
+echo "service: GOGC=${BENCH_GOGC:-unset (the 64 MiB floor)}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
 [ -n "$REDIS_PID" ] && echo "redis:   a private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), persistence off"
 [ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"

@@ -22,7 +22,14 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/internal/gcfloor"
 )
+
+// gcHeadroom is the allocation a collection leaves room for, unless GOGC
+// is set (docs/configuration.md): at most this much more memory for a small
+// heap, and nothing for one beyond it.
+const gcHeadroom = 64 << 20
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -31,6 +38,10 @@ func main() {
 	// go-redis prints a plain-text line for every failed dial into what is
 	// a JSON log; the limiter logs a store outage once, when it begins.
 	redis.SetLogger(quiet{})
+	// A replica's heap is small and each decision allocates a little: at
+	// Go's default the collector would run dozens of times a second. The
+	// floor lasts as long as the process.
+	gcfloor.Keep(os.Getenv, gcHeadroom)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], environ, os.Stdout, os.Stderr)
 	stop()
