@@ -261,8 +261,13 @@ func (t *Telemetry) Handler() http.Handler { return t.handler }
 // the process.
 func (t *Telemetry) RequestID() string {
 	var b [32]byte
-	id := append(b[:0], t.requestPrefix...)
-	return string(strconv.AppendUint(id, t.requestSeq.Add(1), 36))
+	return string(t.AppendRequestID(b[:0]))
+}
+
+// AppendRequestID appends a request id, as RequestID makes it, to b.
+func (t *Telemetry) AppendRequestID(b []byte) []byte {
+	b = append(b, t.requestPrefix...)
+	return strconv.AppendUint(b, t.requestSeq.Add(1), 36)
 }
 
 // ObserveRequest observes one HTTP request. route is the route's pattern
