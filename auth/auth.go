@@ -239,11 +239,12 @@ type Refusal struct {
 // and that the token's scope is one of scopes (admin passes everywhere).
 func Authorize(a Authenticator, header string, scopes ...Scope) (Principal, *Refusal) {
 	scheme, secret, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd"`,
 			Detail: "an Authorization: Bearer <token> header is required"}
 	}
-	p, ok := a.Authenticate(strings.TrimSpace(secret))
+	p, ok := a.Authenticate(secret)
 	if !ok {
 		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd", error="invalid_token"`,
 			Detail: "the token is unknown or revoked"}

@@ -178,7 +178,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is timed and counted by route, and an error is a problem+json; a panic
 // is a 500, so that no input can stop the process.
 func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
-	start := time.Now()
+	start := time.Since(epoch)
 	var endSpan func(int)
 	if h.cfg.Trace != nil {
 		r, endSpan = h.cfg.Trace(r, rt.path)
@@ -192,11 +192,16 @@ func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) 
 		status = h.writeProblem(w, r, rt.path, sc, err)
 	}
 	h.scratch.Put(sc)
-	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(start))
+	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(epoch)-start)
 	if endSpan != nil {
 		endSpan(status)
 	}
 }
+
+// epoch is what requests are timed from: time.Since(epoch) reads the
+// monotonic clock alone, where time.Now also reads the wall clock, which
+// a duration has no use for.
+var epoch = time.Now()
 
 // find returns the route of path, nil for none.
 func find(path string) *route {
