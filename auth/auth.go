@@ -8,8 +8,12 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"hash/maphash"
+	"maps"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -116,11 +120,12 @@ type Principal struct {
 	Scope Scope
 }
 
-// Set authenticates secrets against a fixed collection of tokens. It is
-// immutable; the loader replaces it when tokens change.
+// Set authenticates secrets against a fixed collection of tokens. Its
+// tokens are fixed; the loader replaces it when tokens change.
 type Set struct {
 	byHash    map[string]Principal
 	bootstrap string
+	known     knownSecrets
 }
 
 // NewSet returns the set of the tokens that are not revoked, plus the
@@ -132,16 +137,83 @@ func NewSet(tokens []Token, bootstrap string) *Set {
 			s.byHash[t.Hash] = Principal{Name: t.Name, Scope: t.Scope}
 		}
 	}
+	s.known.seed = maphash.MakeSeed()
+	s.known.m.Store(&map[uint64]knownSecret{})
 	return s
 }
 
-// Authenticate returns the principal of a secret.
+// Authenticate returns the principal of a secret. A secret that this set
+// authenticated before is found without hashing it again.
 func (s *Set) Authenticate(secret string) (Principal, bool) {
 	if s.bootstrap != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(s.bootstrap)) == 1 {
 		return Principal{Name: BootstrapActor, Scope: Admin}, true
 	}
+	key := maphash.String(s.known.seed, secret)
+	if p, ok := s.known.get(key, secret); ok {
+		return p, true
+	}
 	p, ok := s.byHash[Hash(secret)]
+	if ok {
+		s.known.add(key, secret, p)
+	}
 	return p, ok
+}
+
+// knownSecrets remembers the secrets that authenticated against one Set,
+// so that a token in use costs a SHA-256 once per Set instead of once per
+// request. It keeps what the Set promises:
+//
+//   - It belongs to one Set, and a change of the tokens, a revocation
+//     included, makes a new Set: from then on every secret is checked
+//     against the new hashes, as it would be without it.
+//   - It holds only secrets that authenticated, at most one per token, so
+//     no caller can make it grow; a secret it does not hold is hashed and
+//     looked up as before. That a held secret is answered sooner tells its
+//     sender nothing the answer does not: it works.
+//   - It is keyed by a hash of the secret under a seed made at random for
+//     the Set, not by the secret: a map keyed by the secret would compare a
+//     presented secret with stored ones byte by byte, in a time that tells
+//     how much of them agrees. Without the seed, which never leaves the
+//     process, nobody can aim a secret at an entry, and an entry found is
+//     only a candidate: the whole secret is then compared in constant
+//     time.
+//   - The secrets it holds are those that requests carry anyway; they are
+//     kept in memory only and go with the Set.
+type knownSecrets struct {
+	seed maphash.Seed
+	// m is read without a lock and copied to add a secret, which happens
+	// once per token.
+	m  atomic.Pointer[map[uint64]knownSecret]
+	mu sync.Mutex
+}
+
+// knownSecret is a secret that authenticated, and as whom.
+type knownSecret struct {
+	secret string
+	p      Principal
+}
+
+// get returns the principal of secret, whose seeded hash is key, when it
+// is held.
+func (k *knownSecrets) get(key uint64, secret string) (Principal, bool) {
+	e, ok := (*k.m.Load())[key]
+	if ok && subtle.ConstantTimeCompare([]byte(e.secret), []byte(secret)) == 1 {
+		return e.p, true
+	}
+	return Principal{}, false
+}
+
+// add holds secret, which authenticated as p. Of two secrets whose seeded
+// hashes collide, the later is held, and the other is hashed each time.
+func (k *knownSecrets) add(key uint64, secret string, p Principal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	old := *k.m.Load()
+	m := make(map[uint64]knownSecret, len(old)+1)
+	maps.Copy(m, old)
+	// A copy, so that the request the secret came in is not kept.
+	m[key] = knownSecret{secret: strings.Clone(secret), p: p}
+	k.m.Store(&m)
 }
 
 // Len is the number of working tokens, the bootstrap token excluded.
@@ -167,11 +239,12 @@ type Refusal struct {
 // and that the token's scope is one of scopes (admin passes everywhere).
 func Authorize(a Authenticator, header string, scopes ...Scope) (Principal, *Refusal) {
 	scheme, secret, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd"`,
 			Detail: "an Authorization: Bearer <token> header is required"}
 	}
-	p, ok := a.Authenticate(strings.TrimSpace(secret))
+	p, ok := a.Authenticate(secret)
 	if !ok {
 		return Principal{}, &Refusal{Challenge: `Bearer realm="ratelimitd", error="invalid_token"`,
 			Detail: "the token is unknown or revoked"}

@@ -63,8 +63,11 @@ type scratch struct {
 	lease  lease
 	leased *lease
 	out    []byte
-	// header holds the RateLimit headers' text while it is built.
+	// header holds the values of the answer's headers end to end, the
+	// request id first, and marks where each ends, so that setHeaders
+	// sets them all with one string and one slice.
 	header []byte
+	marks  []headerMark
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -87,7 +90,40 @@ func (sc *scratch) reset() {
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
-	sc.body, sc.reqs, sc.out, sc.header = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0]
+	sc.body, sc.reqs, sc.out, sc.header, sc.marks = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0], sc.marks[:0]
+}
+
+// headerMark ends the value of a header in scratch.header.
+type headerMark struct {
+	// key is in canonical form: setHeaders sets it as it is.
+	key string
+	end int
+}
+
+// mark ends the value of header key, whose text was just appended to
+// sc.header.
+func (sc *scratch) mark(key string) {
+	sc.marks = append(sc.marks, headerMark{key: key, end: len(sc.header)})
+}
+
+// keepRequestID drops the headers marked after the request id.
+func (sc *scratch) keepRequestID() {
+	sc.header, sc.marks = sc.header[:sc.marks[0].end], sc.marks[:1]
+}
+
+// setHeaders sets the marked headers in h and returns the first one's
+// value, the request id. Each value is a slice of its own capacity, so
+// that adding to one header cannot overwrite another.
+func (sc *scratch) setHeaders(h http.Header) (requestID string) {
+	all := string(sc.header)
+	values := make([]string, len(sc.marks))
+	start := 0
+	for i, m := range sc.marks {
+		values[i] = all[start:m.end]
+		h[m.key] = values[i : i+1 : i+1]
+		start = m.end
+	}
+	return values[0]
 }
 
 // intern returns b as a string, without allocating when it was seen before.
@@ -191,17 +227,16 @@ func quotaUnit(d *limiter.Decision) string {
 	return ""
 }
 
-// setHeaders sets RateLimit-Policy and RateLimit
+// appendRateLimit adds RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
-// bucket, and Retry-After when the answer is a denial that a retry can
-// overcome; an acquire's are a spend's. The two RateLimit values share one
-// string and one slice allocation.
-func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) {
+// bucket to the answer's headers, and Retry-After when the answer is a
+// denial that a retry can overcome; an acquire's are a spend's.
+func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
 	if i := res.MostRestrictive(op); i >= 0 {
 		d := &res.Decisions[i]
 		// In whole seconds, rounded up; the draft wants a positive window.
 		window := max(1, seconds(d.PolicyWindow()))
-		b := append(sc.header[:0], '"')
+		b := append(sc.header, '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";q=`...)
 		b = strconv.AppendInt(b, d.Params.Burst, 10)
@@ -211,21 +246,19 @@ func (sc *scratch) setHeaders(h http.Header, op limiter.Op, res limiter.Result) 
 			b = append(b, '"')
 		}
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, window, 10)
-		policyEnd := len(b)
-		b = append(b, '"')
+		sc.header = strconv.AppendInt(b, window, 10)
+		// The canonical keys, which setHeaders sets as they are.
+		sc.mark("Ratelimit-Policy")
+		b = append(sc.header, '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
-		sc.header = b
-		both := string(b)
-		values := []string{both[:policyEnd], both[policyEnd:]}
-		// The canonical keys, set directly to skip canonicalising them.
-		h["Ratelimit-Policy"], h["Ratelimit"] = values[0:1:1], values[1:2:2]
+		sc.header = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
+		sc.mark("Ratelimit")
 	}
 	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
-		h["Retry-After"] = []string{strconv.FormatInt(seconds(res.RetryAfter), 10)}
+		sc.header = strconv.AppendInt(sc.header, seconds(res.RetryAfter), 10)
+		sc.mark("Retry-After")
 	}
 }

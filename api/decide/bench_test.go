@@ -1,9 +1,14 @@
 package decide_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -50,8 +55,14 @@ func benchServer(b *testing.B, traces telemetry.Traces) (http.Handler, string) {
 		}
 	}
 	lim.SetSnapshot(builder.Snapshot(1))
-	secret, _ := auth.NewSecret()
-	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
+	// A token of scope decide, as a client service has, not the
+	// bootstrap token, which is checked apart.
+	secret, hash := auth.NewSecret()
+	tokens := []auth.Token{{ID: "1", Name: "bench", Scope: auth.Decide, Hash: hash}}
+	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return tokens, nil }, "", log)
+	if err := keeper.Refresh(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	tel := telemetry.New(telemetry.Config{Stats: lim.Stats}).Front("http")
 	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP})
 	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP}).Beside(srv), secret
@@ -86,6 +97,65 @@ func BenchmarkSpendHTTP(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkSpendListener measures a one-bucket spend through a listener
+// on loopback, with the timeouts of the service's server: net/http's work
+// and the handler's, over one keep-alive connection, as a load generator
+// sends them. The client writes a request made once and reads the answer
+// by its Content-Length, so that it costs little and allocates nothing.
+func BenchmarkSpendListener(b *testing.B) {
+	h, secret := benchServer(b, telemetry.Traces{})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ReadHeaderTimeout, srv.Config.ReadTimeout = 5*time.Second, 30*time.Second
+	srv.Config.WriteTimeout, srv.Config.IdleTimeout = 30*time.Second, 2*time.Minute
+	srv.Start()
+	b.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	body := `{"buckets":[{"limit":"Limit0","bucket_id":"12345678","cost":1}]}`
+	req := []byte("POST /v1/spend HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer " + secret +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	rd := bufio.NewReader(conn)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := conn.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if err := readAnswer(rd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// readAnswer reads one answer from rd, which must be a 200.
+func readAnswer(rd *bufio.Reader) error {
+	n := -1
+	for first := true; ; first = false {
+		line, err := rd.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if first && !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
+			return fmt.Errorf("answer %q", line)
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
+			if n, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
+				return err
+			}
+		}
+	}
+	if n < 0 {
+		return errors.New("an answer without Content-Length")
+	}
+	_, err := rd.Discard(n)
+	return err
 }
 
 // discardWriter is a ResponseWriter that keeps the status and forgets the

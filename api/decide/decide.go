@@ -54,7 +54,9 @@ type Authenticator interface {
 // that one registry and one sequence of ids cover the whole service;
 // *telemetry.Front is one.
 type Observer interface {
-	RequestID() string
+	// AppendRequestID appends a new request id to b, so that the id
+	// shares the allocation of the answer's other headers.
+	AppendRequestID(b []byte) []byte
 	ObserveRequest(route, method string, status int, took time.Duration)
 	ObserveDecisions(op limiter.Op, res limiter.Result)
 	// ObserveAcquire counts the decisions of an acquire.
@@ -176,22 +178,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is timed and counted by route, and an error is a problem+json; a panic
 // is a 500, so that no input can stop the process.
 func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
-	start := time.Now()
+	start := time.Since(epoch)
 	var endSpan func(int)
 	if h.cfg.Trace != nil {
 		r, endSpan = h.cfg.Trace(r, rt.path)
 	}
-	id := h.cfg.Observer.RequestID()
-	w.Header()["X-Request-Id"] = []string{id}
+	sc := h.scratch.Get().(*scratch)
+	sc.reset()
+	sc.header = h.cfg.Observer.AppendRequestID(sc.header)
+	sc.mark("X-Request-Id")
 	status := http.StatusOK
-	if err := h.serve(w, r, rt); err != nil {
-		status = h.writeProblem(w, r, rt.path, id, err)
+	if err := h.serve(w, r, rt, sc); err != nil {
+		status = h.writeProblem(w, r, rt.path, sc, err)
 	}
-	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(start))
+	h.scratch.Put(sc)
+	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(epoch)-start)
 	if endSpan != nil {
 		endSpan(status)
 	}
 }
+
+// epoch is what requests are timed from: time.Since(epoch) reads the
+// monotonic clock alone, where time.Now also reads the wall clock, which
+// a duration has no use for.
+var epoch = time.Now()
 
 // find returns the route of path, nil for none.
 func find(path string) *route {
@@ -207,7 +217,7 @@ func find(path string) *route {
 // order, so that nobody learns anything about a route they may not use,
 // and runs the route. An error is answered by the caller: a route returns
 // none once it has begun its answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err error) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route, sc *scratch) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
@@ -220,20 +230,33 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route) (err 
 		w.Header().Set("Allow", http.MethodPost)
 		return problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
 	}
-	if _, err := problem.Authorize(h.cfg.Auth, r.Header.Get("Authorization"), rt.scopes...); err != nil {
+	// Indexed, not Get: the server gives header keys in canonical form.
+	if _, err := problem.Authorize(h.cfg.Auth, first(r.Header["Authorization"]), rt.scopes...); err != nil {
 		return err
 	}
-	if msg := input.MediaProblem(r.Header.Get("Content-Type"), "application/json"); msg != "" {
+	if msg := input.MediaProblem(first(r.Header["Content-Type"]), "application/json"); msg != "" {
 		return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 	}
-	if r.ContentLength > maxBody {
+	switch {
+	case r.ContentLength > maxBody:
 		return problem.TooLarge(maxBody)
+	case r.ContentLength < 0:
+		// A body of unknown length is cut at maxBody. One of a declared
+		// length needs no reader of its own, which costs an allocation:
+		// the server ends it at that length (an HTTP/2 stream that sends
+		// more is reset), and readBody refuses a longer one from a caller
+		// in this process.
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	sc := h.scratch.Get().(*scratch)
-	defer h.scratch.Put(sc)
-	sc.reset()
 	return rt.serve(h, w, r, sc)
+}
+
+// first is the first of a header's values, "" for none.
+func first(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return values[0]
 }
 
 // decide answers a check, spend, refund or settle. A decision is always a 200,
@@ -252,10 +275,10 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	}
 	h.cfg.Observer.ObserveDecisions(op, res)
 	h.cfg.Observer.ObserveUnits(op, reqs, res)
-	sc.setHeaders(w.Header(), op, res)
+	sc.appendRateLimit(op, res)
 	sc.fill(op, res)
 	sc.out = sc.result.appendJSON(sc.out)
-	answer(w, sc.out)
+	sc.answer(w)
 	return nil
 }
 
@@ -271,18 +294,21 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) err
 	}
 	sc.out = strconv.AppendInt(append(sc.out, `{"reset":`...), int64(n), 10)
 	sc.out = append(sc.out, "}\n"...)
-	answer(w, sc.out)
+	sc.answer(w)
 	return nil
 }
 
 var jsonType = []string{"application/json"}
 
-// answer writes a 200 with a JSON body. A client gone before it reads the
-// answer has nothing to learn, so a failed write is not an error.
-func answer(w http.ResponseWriter, body []byte) {
-	w.Header()["Content-Type"] = jsonType
+// answer writes a 200 with the headers of sc.header and the JSON body of
+// sc.out. A client gone before it reads the answer has nothing to learn,
+// so a failed write is not an error.
+func (sc *scratch) answer(w http.ResponseWriter) {
+	h := w.Header()
+	sc.setHeaders(h)
+	h["Content-Type"] = jsonType
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	_, _ = w.Write(sc.out)
 }
 
 // read reads and decodes the body; more, when set, reads the members of
@@ -320,6 +346,9 @@ func readBody(r *http.Request, sc *scratch) error {
 		}
 		return err
 	}
+	if len(sc.body) > maxBody {
+		return problem.TooLarge(maxBody)
+	}
 	return nil
 }
 
@@ -355,8 +384,11 @@ func (h *Handler) bucketErrors(reqs []limiter.Request, errs *input.Errors) {
 // writeProblem answers err as application/problem+json and returns the
 // status. Anything that is not a client's mistake or an unavailable
 // backend is internal: masked in the answer, logged with its chain under
-// the request id.
-func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path, id string, err error) int {
+// the request id. Of sc's headers it sets the request id only: a route
+// that fails has begun no answer.
+func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path string, sc *scratch, err error) int {
+	sc.keepRequestID()
+	id := sc.setHeaders(w.Header())
 	p := &problem.Problem{RequestID: id}
 	body, ok := problem.From(err, p)
 	if !ok {

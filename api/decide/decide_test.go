@@ -48,23 +48,31 @@ func TestHandlerRefusals(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: telemetry.New(telemetry.Config{}).Front("http"), Logger: log, Now: time.Now})
 	body := `{"buckets":[{"limit":"L","bucket_id":"1"}]}`
+	large := `{"buckets":"` + strings.Repeat("x", 1<<20) + `"}`
 	cases := []struct {
 		name, method, path, ct, body string
 		status                       int
+		// length, when not 0, is the request's ContentLength.
+		length int64
 	}{
-		{"panic", "POST", "/v1/spend", "application/json", body, http.StatusInternalServerError},
-		{"panic in an acquire", "POST", "/v1/acquire", "application/json", body, http.StatusInternalServerError},
-		{"panic in a release", "POST", "/v1/release", "application/json", `{"lease_id":"` + limiter.NewLeaseID() + `"}`, http.StatusInternalServerError},
-		{"method", "GET", "/v1/spend", "", "", http.StatusMethodNotAllowed},
-		{"media type", "POST", "/v1/check", "text/plain", body, http.StatusUnsupportedMediaType},
-		{"too large", "POST", "/v1/refund", "application/json", `{"buckets":"` + strings.Repeat("x", 1<<20) + `"}`, http.StatusRequestEntityTooLarge},
-		{"not ours", "POST", "/v1/limits", "application/json", body, http.StatusNotFound},
+		{"panic", "POST", "/v1/spend", "application/json", body, http.StatusInternalServerError, 0},
+		{"panic in an acquire", "POST", "/v1/acquire", "application/json", body, http.StatusInternalServerError, 0},
+		{"panic in a release", "POST", "/v1/release", "application/json", `{"lease_id":"` + limiter.NewLeaseID() + `"}`, http.StatusInternalServerError, 0},
+		{"method", "GET", "/v1/spend", "", "", http.StatusMethodNotAllowed, 0},
+		{"media type", "POST", "/v1/check", "text/plain", body, http.StatusUnsupportedMediaType, 0},
+		{"too large", "POST", "/v1/refund", "application/json", large, http.StatusRequestEntityTooLarge, 0},
+		{"too large, of unknown length", "POST", "/v1/refund", "application/json", large, http.StatusRequestEntityTooLarge, -1},
+		{"too large, longer than declared", "POST", "/v1/refund", "application/json", large, http.StatusRequestEntityTooLarge, 10},
+		{"not ours", "POST", "/v1/limits", "application/json", body, http.StatusNotFound, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", c.ct)
 			req.Header.Set("Authorization", "Bearer x")
+			if c.length != 0 {
+				req.ContentLength = c.length
+			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
 			var p problem.Problem

@@ -53,10 +53,10 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sc *scratch) e
 		return err
 	}
 	h.cfg.Observer.ObserveAcquire(res.Result)
-	sc.setHeaders(w.Header(), limiter.Spend, res.Result)
+	sc.appendRateLimit(limiter.Spend, res.Result)
 	sc.fillAcquire(res)
 	sc.out = sc.result.appendJSON(sc.out)
-	answer(w, sc.out)
+	sc.answer(w)
 	return nil
 }
 
@@ -78,7 +78,7 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request, sc *scratch) e
 	b = append(b, `,"degraded":`...)
 	b = strconv.AppendBool(b, degraded)
 	sc.out = append(b, "}\n"...)
-	answer(w, sc.out)
+	sc.answer(w)
 	return nil
 }
 
@@ -112,7 +112,7 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request, sc *scratch) err
 	b = append(b, `,"degraded":`...)
 	b = strconv.AppendBool(b, degraded)
 	sc.out = append(b, "}\n"...)
-	answer(w, sc.out)
+	sc.answer(w)
 	return nil
 }
 

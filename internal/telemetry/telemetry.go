@@ -24,14 +24,27 @@ import (
 	"github.com/ratelimitd/ratelimitd/loader"
 )
 
+// result is a result that decisions are counted by, an index of
+// resultLabels, so that a series is found without hashing its label.
+type result uint8
+
 // The results decisions are counted by.
 const (
-	resultAllowed      = "allowed"
-	resultNearLimit    = "near_limit"
-	resultDenied       = "denied"
-	resultShadowDenied = "shadow_denied"
-	resultDegraded     = "degraded"
+	resultAllowed result = iota
+	resultNearLimit
+	resultDenied
+	resultShadowDenied
+	resultDegraded
 )
+
+// resultLabels are the results' label values.
+var resultLabels = [...]string{
+	resultAllowed:      "allowed",
+	resultNearLimit:    "near_limit",
+	resultDenied:       "denied",
+	resultShadowDenied: "shadow_denied",
+	resultDegraded:     "degraded",
+}
 
 // Config says what the gauges report on.
 type Config struct {
@@ -60,11 +73,11 @@ type Telemetry struct {
 	handler        http.Handler
 	// codes are the status codes as label values, made once.
 	codes [600]string
-	// counters and observers hold the series already looked up: a vector's
-	// lookup hashes every label value on every call, and these are on
-	// every request. They grow with the series they hold, which the label
-	// values bound.
-	counters  seriesCache[decisionSeries, prometheus.Counter]
+	// observers, stores and leases hold the series already looked up, as
+	// Front's counters do: a vector's lookup hashes every label value on
+	// every call, and these are on every request. They grow with the
+	// series they hold, which the label values bound. Their keys hold as
+	// few strings as they can, each hashed on every look-up.
 	observers seriesCache[requestSeries, prometheus.Observer]
 	stores    seriesCache[storeSeries, prometheus.Observer]
 	leases    seriesCache[string, *[len(leaseEvents)]prometheus.Counter]
@@ -75,18 +88,22 @@ type Telemetry struct {
 	requestSeq    atomic.Uint64
 }
 
-// decisionSeries names a series of ratelimitd_decisions_total.
+// decisionSeries names a series of ratelimitd_decisions_total of one
+// front end.
 type decisionSeries struct {
-	// op is limiter.Op's name, or acquire.
-	op       string
-	limit    string
-	result   string
-	frontend string
+	limit string
+	op    limiter.Op
+	// acquire counts an acquire's decisions, as op acquire.
+	acquire bool
+	result  result
 }
 
 // requestSeries names a series of ratelimitd_http_request_duration_seconds.
 type requestSeries struct {
-	route, method, code string
+	route  string
+	method method
+	// status is -1 for one that has no label of its own.
+	status int
 }
 
 // storeSeries names a series of ratelimitd_store_duration_seconds.
@@ -261,8 +278,13 @@ func (t *Telemetry) Handler() http.Handler { return t.handler }
 // the process.
 func (t *Telemetry) RequestID() string {
 	var b [32]byte
-	id := append(b[:0], t.requestPrefix...)
-	return string(strconv.AppendUint(id, t.requestSeq.Add(1), 36))
+	return string(t.AppendRequestID(b[:0]))
+}
+
+// AppendRequestID appends a request id, as RequestID makes it, to b.
+func (t *Telemetry) AppendRequestID(b []byte) []byte {
+	b = append(b, t.requestPrefix...)
+	return strconv.AppendUint(b, t.requestSeq.Add(1), 36)
 }
 
 // ObserveRequest observes one HTTP request. route is the route's pattern
@@ -271,13 +293,16 @@ func (t *Telemetry) ObserveRequest(route, method string, status int, took time.D
 	if route == "" {
 		route = "unmatched"
 	}
-	code := "unknown"
-	if status >= 0 && status < len(t.codes) {
-		code = t.codes[status]
+	if status < 0 || status >= len(t.codes) {
+		status = -1
 	}
-	k := requestSeries{route: route, method: methodLabel(method), code: code}
+	k := requestSeries{route: route, method: methodOf(method), status: status}
 	t.observers.get(k, func() prometheus.Observer {
-		return t.duration.WithLabelValues(k.route, k.method, k.code)
+		code := "unknown"
+		if k.status >= 0 {
+			code = t.codes[k.status]
+		}
+		return t.duration.WithLabelValues(k.route, methodLabels[k.method], code)
 	}).Observe(took.Seconds())
 }
 
@@ -303,20 +328,30 @@ func (t *Telemetry) Front(name string) *Front { return &Front{Telemetry: t, name
 type Front struct {
 	*Telemetry
 	name string
+	// counters hold the series of this front end's decisions already
+	// looked up, as Telemetry's caches do.
+	counters seriesCache[decisionSeries, prometheus.Counter]
 }
 
 // ObserveDecisions counts the decisions of a result.
-func (f *Front) ObserveDecisions(op limiter.Op, res limiter.Result) { f.observe(op.String(), res) }
+func (f *Front) ObserveDecisions(op limiter.Op, res limiter.Result) {
+	f.observe(decisionSeries{op: op}, res)
+}
 
 // ObserveAcquire counts the decisions of an acquire, as op acquire.
-func (f *Front) ObserveAcquire(res limiter.Result) { f.observe("acquire", res) }
+func (f *Front) ObserveAcquire(res limiter.Result) { f.observe(decisionSeries{acquire: true}, res) }
 
-func (f *Front) observe(op string, res limiter.Result) {
+// observe counts the decisions of res in the series of k's op.
+func (f *Front) observe(k decisionSeries, res limiter.Result) {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		k := decisionSeries{op: op, limit: d.Limit, result: resultLabel(d, res.Degraded), frontend: f.name}
+		k.limit, k.result = d.Limit, resultOf(d, res.Degraded)
 		f.counters.get(k, func() prometheus.Counter {
-			return f.decisionsTotal.WithLabelValues(k.op, k.limit, k.result, k.frontend)
+			op := k.op.String()
+			if k.acquire {
+				op = "acquire"
+			}
+			return f.decisionsTotal.WithLabelValues(op, k.limit, resultLabels[k.result], f.name)
 		}).Inc()
 	}
 }
@@ -388,9 +423,9 @@ func (t *Telemetry) ObserveLease(limit string, e limiter.LeaseEvent, n int64) {
 // matched no rule.
 func (f *Front) ObserveUnmatched(n int) { f.unmatched.Add(float64(n)) }
 
-// resultLabel is the result label of a decision. Near the limit means,
+// resultOf is the result a decision is counted by. Near the limit means,
 // as in Envoy's ratelimit, that at least 80% of the burst is used.
-func resultLabel(d *limiter.Decision, degraded bool) string {
+func resultOf(d *limiter.Decision, degraded bool) result {
 	switch {
 	case !d.Allowed && d.Shadow:
 		return resultShadowDenied
@@ -404,12 +439,20 @@ func resultLabel(d *limiter.Decision, degraded bool) string {
 	return resultAllowed
 }
 
-// methodLabel bounds the method label: a client may send any token.
-func methodLabel(method string) string {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
-		http.MethodPatch, http.MethodDelete, http.MethodOptions:
-		return method
+// method is a method label, an index of methodLabels. The label is
+// bounded: a client may send any token.
+type method uint8
+
+// methodLabels are the method labels, the last for any other method.
+var methodLabels = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions, "other"}
+
+// methodOf is the label of a request's method.
+func methodOf(m string) method {
+	for i, l := range methodLabels[:len(methodLabels)-1] {
+		if m == l {
+			return method(i)
+		}
 	}
-	return "other"
+	return method(len(methodLabels) - 1)
 }

@@ -108,7 +108,7 @@ type tracer struct {
 // hold a bucket id.
 func (t tracer) request(r *http.Request, route string) (*http.Request, func(int)) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	method := methodLabel(r.Method)
+	method := methodLabels[methodOf(r.Method)]
 	if method == "other" {
 		method = "_OTHER"
 	}
