@@ -58,15 +58,77 @@ type part struct {
 // errors until then. A Node reuses the calls it owns again, and their
 // buffers.
 type scriptCall struct {
-	// ctx is the caller's: a call whose context has ended by the time its
+	// ctx is the caller's and deadline the call's, set by bound: a call
+	// whose context has ended or whose deadline has passed by the time its
 	// round trip is sent is not sent.
-	ctx   context.Context
-	parts []part
+	ctx      context.Context
+	deadline time.Time
+	// ctxEnds is set when ctx ends by the deadline, and so bounds the call
+	// alone; else timer, the caller's, fires at the deadline while the
+	// call waits in the queue. Either way a call costs no context of its
+	// own unless its caller sends it.
+	ctxEnds bool
+	timer   *time.Timer
+	parts   []part
 	// err is the context's error when the call was not sent.
 	err error
 	// done receives one value when the parts' replies are set; it is
 	// buffered so that the queue never waits for a caller that gave up.
 	done chan struct{}
+}
+
+// bound gives c the caller's ctx and the deadline timeout from now, or
+// ctx's own when that is earlier.
+func (c *scriptCall) bound(ctx context.Context, timeout time.Duration) {
+	c.ctx, c.deadline = ctx, time.Now().Add(timeout)
+	d, ok := ctx.Deadline()
+	c.ctxEnds = ok && !d.After(c.deadline)
+	if c.ctxEnds {
+		c.deadline = d
+	}
+}
+
+// ended returns why c may no longer be sent at now: its context's error,
+// or context.DeadlineExceeded past its deadline.
+func (c *scriptCall) ended(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !now.Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// sendCtx returns the context under which c's caller sends it: ctx,
+// with c's deadline unless ctx ends by then.
+func (c *scriptCall) sendCtx() (context.Context, context.CancelFunc) {
+	if c.ctxEnds {
+		return c.ctx, func() {}
+	}
+	return context.WithDeadline(c.ctx, c.deadline)
+}
+
+// expired starts c's timer and returns its channel, or nil when c's
+// context ends by its deadline; stopExpiry stops the timer.
+func (c *scriptCall) expired() <-chan time.Time {
+	if c.ctxEnds {
+		return nil
+	}
+	d := time.Until(c.deadline)
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d)
+	}
+	return c.timer.C
+}
+
+// stopExpiry stops what expired started.
+func (c *scriptCall) stopExpiry() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 }
 
 // queue sends script calls, queueing those that find the wire full and
@@ -88,7 +150,7 @@ type queue struct {
 // a call given up on while queued still belongs to the queue. The error is
 // the context's; each part carries the error of its script call.
 func (p *queue) do(c *scriptCall) (bool, error) {
-	if err := c.ctx.Err(); err != nil {
+	if err := c.ended(time.Now()); err != nil {
 		return true, err
 	}
 	p.mu.Lock()
@@ -97,7 +159,9 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 		p.mu.Unlock()
 		var buf roundTrip
 		calls := [1]*scriptCall{c}
-		p.run(c.ctx, calls[:], &buf)
+		ctx, cancel := c.sendCtx()
+		p.run(ctx, calls[:], &buf)
+		cancel()
 		<-c.done
 		p.mu.Lock()
 		if len(p.pending) > 0 {
@@ -113,11 +177,15 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	}
 	p.pending = append(p.pending, c)
 	p.mu.Unlock()
+	expired := c.expired()
+	defer c.stopExpiry()
 	select {
 	case <-c.done:
 		return true, c.err
 	case <-c.ctx.Done():
 		return false, c.ctx.Err()
+	case <-expired:
+		return false, context.DeadlineExceeded
 	}
 }
 
@@ -163,11 +231,10 @@ func (p *queue) send() {
 // runQueued sends queued calls in one round trip, which lasts as long as
 // the most patient of them; each caller stops waiting at its own deadline.
 func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
-	// Every call's context has a deadline: the stores' calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
-		if d, _ := c.ctx.Deadline(); d.After(deadline) {
-			deadline = d
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -181,8 +248,9 @@ func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
 // error and not sent.
 func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 	buf.parts = buf.parts[:0]
+	now := time.Now()
 	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil {
+		if err := c.ended(now); err != nil {
 			c.err = err
 			c.done <- struct{}{}
 			continue
