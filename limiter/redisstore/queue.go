@@ -196,7 +196,7 @@ type roundTrip struct {
 	// parts[ends[i-1]:ends[i]].
 	runs []scriptRun
 	ends []int
-	cmds []*redis.Cmd
+	cmds []*redis.IntSliceCmd
 	// keys and args hold the runs that join several parts.
 	keys []string
 	args []any
@@ -263,7 +263,7 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		return
 	}
 	buf.join()
-	buf.cmds = evalPipelined(ctx, p.client, script, buf.runs, buf.cmds)
+	buf.cmds = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds)
 	from := 0
 	for i, cmd := range buf.cmds {
 		split(cmd, buf.parts[from:buf.ends[i]])
@@ -313,8 +313,8 @@ func (buf *roundTrip) join() {
 
 // split hands each part of a script call its share of the reply: its
 // status and one TAT per key, in order.
-func split(cmd *redis.Cmd, parts []*part) {
-	reply, err := cmd.Int64Slice()
+func split(cmd *redis.IntSliceCmd, parts []*part) {
+	reply, err := cmd.Result()
 	if err == nil {
 		n := 0
 		for _, pt := range parts {
