@@ -164,7 +164,10 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 		j := slices.IndexFunc(calls, func(c *nodeCall) bool { return c.q == q })
 		if j < 0 {
 			j = len(calls)
-			calls = append(calls, &nodeCall{q: q, call: &scriptCall{ctx: ctx, done: make(chan struct{}, 1)}})
+			call := &scriptCall{done: make(chan struct{}, 1)}
+			// ctx is bounded: its deadline is the call's.
+			call.bound(ctx, s.timeout)
+			calls = append(calls, &nodeCall{q: q, call: call})
 		}
 		c := calls[j]
 		c.call.parts = append(c.call.parts, part{slot: g.slot, run: run})

@@ -58,7 +58,8 @@ func (g *gate) pass(cmds ...redis.Cmder) {
 			args := cmd.Args()
 			keys := make([]string, args[2].(int))
 			for i := range keys {
-				keys[i] = args[3+i].(string)
+				// The stores send their keys as *string (evalCmd).
+				keys[i] = *args[3+i].(*string)
 			}
 			g.scripts = append(g.scripts, keys)
 		}

@@ -274,7 +274,7 @@ return {1, was}
 `
 
 // leaseScript is leaseLua, by its SHA-1 once the server holds it.
-var leaseScript = redis.NewScript(leaseLua)
+var leaseScript = newLuaScript(leaseLua)
 
 // leases carries out the lease calls of a store: a Node, whose keys are
 // all on one server (slot is always 0), or a Cluster (slot is keySlot).
@@ -297,7 +297,7 @@ func (l *leases) eval(ctx context.Context, runs []scriptRun) []*redis.Cmd {
 	if len(runs) == 0 {
 		return nil
 	}
-	return evalPipelined(ctx, l.client, leaseScript, runs, nil)
+	return evalPipelined(ctx, l.client, leaseScript, redis.NewCmd, runs, nil)
 }
 
 // Acquire implements limiter.LeaseStore, as the top of this file

@@ -45,28 +45,26 @@ func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []
 	if len(batch) == 0 {
 		return limiter.StepBatch(op, nowUS, batch), nil
 	}
+	c := s.calls.Get().(*scriptCall)
+	pt := &c.parts[0]
+	c.bound(ctx, s.timeout)
+	pt.run = s.run(pt.run, op, nowUS, batch)
+	mine, err := s.queue.do(c)
+	if err == nil {
+		err = pt.err
+	}
 	var commit bool
-	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
-		c := s.calls.Get().(*scriptCall)
-		pt := &c.parts[0]
-		c.ctx, pt.run = ctx, s.run(pt.run, op, nowUS, batch)
-		mine, err := s.queue.do(c)
-		if err == nil {
-			err = pt.err
-		}
-		if err == nil {
-			commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch)
-		}
-		if mine {
-			// The call keeps its buffers, not what they point to.
-			clear(pt.run.keys)
-			clear(pt.run.args)
-			c.ctx, c.err, pt.reply, pt.err = nil, nil, nil, nil
-			s.calls.Put(c)
-		}
-		return err
-	})
-	return commit, err
+	if err == nil {
+		commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch)
+	}
+	if mine {
+		// The call keeps its buffers and timer, not what they point to.
+		clear(pt.run.keys)
+		clear(pt.run.args)
+		c.ctx, c.err, pt.reply, pt.err = nil, nil, nil, nil
+		s.calls.Put(c)
+	}
+	return commit, named(op.String(), err)
 }
 
 // Reset implements limiter.Store.

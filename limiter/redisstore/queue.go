@@ -58,15 +58,79 @@ type part struct {
 // errors until then. A Node reuses the calls it owns again, and their
 // buffers.
 type scriptCall struct {
-	// ctx is the caller's: a call whose context has ended by the time its
+	// ctx is the caller's and deadline the call's, set by bound: a call
+	// whose context has ended or whose deadline has passed by the time its
 	// round trip is sent is not sent.
-	ctx   context.Context
-	parts []part
+	ctx      context.Context
+	deadline time.Time
+	// ctxEnds is set when ctx ends by the deadline, and so bounds the call
+	// alone; else timer, the caller's, fires at the deadline while the
+	// call waits in the queue, timeout after bound. Either way a call
+	// costs no context of its own unless its caller sends it.
+	ctxEnds bool
+	timeout time.Duration
+	timer   *time.Timer
+	parts   []part
 	// err is the context's error when the call was not sent.
 	err error
 	// done receives one value when the parts' replies are set; it is
 	// buffered so that the queue never waits for a caller that gave up.
 	done chan struct{}
+}
+
+// bound gives c the caller's ctx and the deadline timeout from now, or
+// ctx's own when that is earlier.
+func (c *scriptCall) bound(ctx context.Context, timeout time.Duration) {
+	c.ctx, c.deadline, c.timeout = ctx, time.Now().Add(timeout), timeout
+	d, ok := ctx.Deadline()
+	c.ctxEnds = ok && !d.After(c.deadline)
+	if c.ctxEnds {
+		c.deadline = d
+	}
+}
+
+// ended returns why c may no longer be sent at now: its context's error,
+// or context.DeadlineExceeded past its deadline.
+func (c *scriptCall) ended(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !now.Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// sendCtx returns the context under which c's caller sends it: ctx,
+// with c's deadline unless ctx ends by then.
+func (c *scriptCall) sendCtx() (context.Context, context.CancelFunc) {
+	if c.ctxEnds {
+		return c.ctx, func() {}
+	}
+	return context.WithDeadline(c.ctx, c.deadline)
+}
+
+// expired starts c's timer and returns its channel, or nil when c's
+// context ends by its deadline; stopExpiry stops the timer. The timer
+// runs for the timeout bound was given, from now rather than from then:
+// the microseconds between cost less than reading the clock again.
+func (c *scriptCall) expired() <-chan time.Time {
+	if c.ctxEnds {
+		return nil
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(c.timeout)
+	} else {
+		c.timer.Reset(c.timeout)
+	}
+	return c.timer.C
+}
+
+// stopExpiry stops what expired started.
+func (c *scriptCall) stopExpiry() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 }
 
 // queue sends script calls, queueing those that find the wire full and
@@ -81,6 +145,8 @@ type queue struct {
 	// maxInFlight. The goroutines exit when nothing is queued, so an idle
 	// store holds none.
 	inFlight int
+	// trips holds the memory of the round trips that are over.
+	trips sync.Pool
 }
 
 // do sends c, or queues it when the wire is full, and waits for its reply
@@ -88,6 +154,7 @@ type queue struct {
 // a call given up on while queued still belongs to the queue. The error is
 // the context's; each part carries the error of its script call.
 func (p *queue) do(c *scriptCall) (bool, error) {
+	// The deadline is later than now, or ctx's own: run checks it again.
 	if err := c.ctx.Err(); err != nil {
 		return true, err
 	}
@@ -95,79 +162,95 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
-		var buf roundTrip
-		calls := [1]*scriptCall{c}
-		p.run(c.ctx, calls[:], &buf)
+		buf := p.trip()
+		buf.calls = append(buf.calls, c)
+		ctx, cancel := c.sendCtx()
+		p.run(ctx, buf.calls, buf)
+		cancel()
 		<-c.done
+		clear(buf.calls)
+		buf.calls = buf.calls[:0]
 		p.mu.Lock()
 		if len(p.pending) > 0 {
 			// What queued meanwhile goes now, on the round trip this
-			// call gives up.
-			go p.send()
+			// call gives up, and in its memory.
+			go p.send(buf)
 			p.mu.Unlock()
 		} else {
 			p.inFlight--
 			p.mu.Unlock()
+			p.trips.Put(buf)
 		}
 		return true, c.err
 	}
 	p.pending = append(p.pending, c)
 	p.mu.Unlock()
+	expired := c.expired()
+	defer c.stopExpiry()
 	select {
 	case <-c.done:
 		return true, c.err
 	case <-c.ctx.Done():
 		return false, c.ctx.Err()
+	case <-expired:
+		return false, context.DeadlineExceeded
 	}
 }
 
 // roundTrip is the memory of one round trip, reused by the next.
 type roundTrip struct {
+	// calls are the script calls it carries.
+	calls []*scriptCall
 	parts []*part
 	// runs are the script calls; the parts of runs[i] are
 	// parts[ends[i-1]:ends[i]].
 	runs []scriptRun
 	ends []int
-	cmds []*redis.Cmd
+	cmds []*redis.IntSliceCmd
 	// keys and args hold the runs that join several parts.
 	keys []string
 	args []any
 }
 
-// send sends what is queued, a round trip at a time, until nothing is. It
-// runs as one of the round trips inFlight counts.
-func (p *queue) send() {
-	var (
-		calls []*scriptCall
-		buf   roundTrip
-	)
+// trip returns the memory of a round trip that is over, or new memory.
+func (p *queue) trip() *roundTrip {
+	if buf, ok := p.trips.Get().(*roundTrip); ok {
+		return buf
+	}
+	return new(roundTrip)
+}
+
+// send sends what is queued, a round trip at a time in buf, until nothing
+// is. It runs as one of the round trips inFlight counts.
+func (p *queue) send(buf *roundTrip) {
 	for {
 		p.mu.Lock()
 		if len(p.pending) == 0 {
 			p.inFlight--
 			p.mu.Unlock()
+			p.trips.Put(buf)
 			return
 		}
 		n := min(len(p.pending), maxPipeline)
-		calls = append(calls[:0], p.pending[:n]...)
+		buf.calls = append(buf.calls[:0], p.pending[:n]...)
 		left := copy(p.pending, p.pending[n:])
 		clear(p.pending[left:])
 		p.pending = p.pending[:left]
 		p.mu.Unlock()
-		p.runQueued(calls, &buf)
+		p.runQueued(buf.calls, buf)
 		// The calls belong to their callers again.
-		clear(calls)
+		clear(buf.calls)
+		buf.calls = buf.calls[:0]
 	}
 }
 
 // runQueued sends queued calls in one round trip, which lasts as long as
 // the most patient of them; each caller stops waiting at its own deadline.
 func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
-	// Every call's context has a deadline: the stores' calls are bounded.
 	var deadline time.Time
 	for _, c := range calls {
-		if d, _ := c.ctx.Deadline(); d.After(deadline) {
-			deadline = d
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -181,8 +264,9 @@ func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
 // error and not sent.
 func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 	buf.parts = buf.parts[:0]
+	now := time.Now()
 	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil {
+		if err := c.ended(now); err != nil {
 			c.err = err
 			c.done <- struct{}{}
 			continue
@@ -195,7 +279,7 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		return
 	}
 	buf.join()
-	buf.cmds = evalPipelined(ctx, p.client, script, buf.runs, buf.cmds)
+	buf.cmds = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds)
 	from := 0
 	for i, cmd := range buf.cmds {
 		split(cmd, buf.parts[from:buf.ends[i]])
@@ -245,8 +329,8 @@ func (buf *roundTrip) join() {
 
 // split hands each part of a script call its share of the reply: its
 // status and one TAT per key, in order.
-func split(cmd *redis.Cmd, parts []*part) {
-	reply, err := cmd.Int64Slice()
+func split(cmd *redis.IntSliceCmd, parts []*part) {
+	reply, err := cmd.Result()
 	if err == nil {
 		n := 0
 		for _, pt := range parts {

@@ -104,7 +104,12 @@ func newConfig(opts Options, contextTimeouts bool) config {
 func (c *config) bounded(ctx context.Context, op string, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	if err := f(ctx); err != nil {
+	return named(op, f(ctx))
+}
+
+// named names the operation in err, unless err is nil.
+func named(op string, err error) error {
+	if err != nil {
 		return fmt.Errorf("redis %s: %w", op, err)
 	}
 	return nil

@@ -161,14 +161,28 @@ end
 return reply
 `
 
-// script is the batch script, by its SHA-1 once the server holds it.
-var script = redis.NewScript(batchLua)
+// luaScript is a script's text and SHA-1, each converted to an interface
+// once, as the arguments of EVAL and EVALSHA.
+type luaScript struct {
+	src, sha any
+}
+
+func newLuaScript(src string) luaScript {
+	return luaScript{src: src, sha: redis.NewScript(src).Hash()}
+}
+
+// script is the batch script.
+var script = newLuaScript(batchLua)
 
 // scriptRun is the keys and arguments of one or more batches: one batch as
 // a store builds it, several once the queue puts them into one call.
 type scriptRun struct {
 	keys []string
 	args []any
+	// nums holds the numbers among a batch's args, which point to them: a
+	// *int64 goes into an interface without an allocation, which an
+	// int64 above 255 costs, and go-redis writes it as its number.
+	nums []int64
 }
 
 // opArgs are the script's first argument for each operation, converted to
@@ -188,22 +202,25 @@ func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bu
 	}
 	args := append(r.args[:0], opArgs[op], len(batch))
 	if op == limiter.Check {
-		return scriptRun{keys: keys, args: args}
+		return scriptRun{keys: keys, args: args, nums: r.nums}
 	}
-	args = append(args, nowUS, c.marginArg)
+	nums := append(r.nums[:0], nowUS, c.marginUS)
 	for i := range batch {
 		b := &batch[i]
 		cost := b.Cost
 		if op == limiter.Settle {
 			cost -= b.Reserved
 		}
-		shadow := 0
+		var shadow int64
 		if b.Shadow {
 			shadow = 1
 		}
-		args = append(args, b.Rate.Interval, b.Rate.Burst, cost, shadow, b.Now)
+		nums = append(nums, b.Rate.Interval, b.Rate.Burst, cost, shadow, b.Now)
 	}
-	return scriptRun{keys: keys, args: args}
+	for i := range nums {
+		args = append(args, &nums[i])
+	}
+	return scriptRun{keys: keys, args: args, nums: nums}
 }
 
 // decide records the TATs of a batch's part of the script's reply in
@@ -234,17 +251,31 @@ func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []li
 // once more with the script's text, in a second pipeline, for the runs
 // whose server did not have it cached (a restart, a failover, SCRIPT
 // FLUSH) and so ran nothing. It appends the result of each run to
-// cmds[:0], in order.
-func evalPipelined(ctx context.Context, client redis.UniversalClient, sc *redis.Script, runs []scriptRun, cmds []*redis.Cmd) []*redis.Cmd {
+// cmds[:0], in order, as a command that newCmd made: redis.NewIntSliceCmd
+// reads an array of integers without an interface per value.
+func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalClient, sc luaScript, newCmd func(context.Context, ...any) C, runs []scriptRun, cmds []C) []C {
 	cmds = cmds[:0]
+	n := 0
+	for _, r := range runs {
+		n += 3 + len(r.keys) + len(r.args)
+	}
+	// The arguments of every command, in one allocation.
+	args := make([]any, 0, n)
 	if c, ok := client.(*redis.Client); ok && len(runs) == 1 {
-		// A lone run on a single node costs less as a plain command, and
-		// go-redis' Run sends the script's text itself when it must.
-		return append(cmds, sc.Run(ctx, c, runs[0].keys, runs[0].args...))
+		// A lone run on a single node costs less as a plain command.
+		cmd := evalCmd(ctx, newCmd, &args, "evalsha", sc.sha, runs[0])
+		_ = c.Process(ctx, cmd)
+		if isNoScript(cmd.Err()) {
+			cmd = evalCmd(ctx, newCmd, &args, "eval", sc.src, runs[0])
+			_ = c.Process(ctx, cmd)
+		}
+		return append(cmds, cmd)
 	}
 	pipe := client.Pipeline()
 	for _, r := range runs {
-		cmds = append(cmds, sc.EvalSha(ctx, pipe, r.keys, r.args...))
+		cmd := evalCmd(ctx, newCmd, &args, "evalsha", sc.sha, r)
+		_ = pipe.Process(ctx, cmd)
+		cmds = append(cmds, cmd)
 	}
 	_, _ = pipe.Exec(ctx)
 	again := false
@@ -253,13 +284,33 @@ func evalPipelined(ctx context.Context, client redis.UniversalClient, sc *redis.
 			if !again {
 				pipe, again = client.Pipeline(), true
 			}
-			cmds[i] = sc.Eval(ctx, pipe, runs[i].keys, runs[i].args...)
+			cmds[i] = evalCmd(ctx, newCmd, &args, "eval", sc.src, runs[i])
+			_ = pipe.Process(ctx, cmds[i])
 		}
 	}
 	if again {
 		_, _ = pipe.Exec(ctx)
 	}
 	return cmds
+}
+
+// evalCmd returns the command that runs r by name (EVAL or EVALSHA) with
+// script, the text or the SHA-1, its arguments appended to *args. Keys go
+// as *string, which go-redis writes and routes as the string, without an
+// allocation each.
+func evalCmd[C redis.Cmder](ctx context.Context, newCmd func(context.Context, ...any) C, args *[]any, name string, script any, r scriptRun) C {
+	from := len(*args)
+	a := append(*args, name, script, len(r.keys))
+	for i := range r.keys {
+		a = append(a, &r.keys[i])
+	}
+	a = append(a, r.args...)
+	*args = a
+	cmd := newCmd(ctx, a[from:len(a):len(a)]...)
+	if len(r.keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // isNoScript reports that the server does not have the script cached, so
