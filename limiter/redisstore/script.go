@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -32,19 +33,24 @@ import (
 // checks the stored form).
 //
 // KEYS: the keys of every batch, batch after batch.
-// ARGV: per batch, the operation ("check", "spend", "refund" or "settle")
-// and its number of keys n; except for a check, then now and the expiry
-// margin, both in µs, and five values per key: the interval T in µs, the
-// burst, the cost (for a settle, actual - reserved, which may be negative),
-// "1" for a shadow bucket, and the bucket's own now in µs, 0 for the
-// batch's (a calendar quota's clock is its window's end: see
-// limiter/calendar.go).
+// ARGV: one per batch, its numbers packed as little-endian 64-bit integers
+// (packBatch), which the script reads with Redis's struct library: one
+// argument instead of four and five a bucket, which cost Redis and the
+// client a string each to write, read and convert. First the operation
+// (opCodes: check, spend, refund, settle) and the number of keys n; except
+// for a check, then now and the expiry margin, both in µs, and five
+// values per key: the interval T in µs, the burst, the cost (for a
+// settle, actual - reserved, which may be negative), 1 for a shadow
+// bucket, and the bucket's own now in µs, 0 for the batch's (a calendar
+// quota's clock is its window's end: see limiter/calendar.go). struct
+// reads an integer into a double, as tonumber reads its digits: a cost
+// beyond 2^53 rounds alike either way.
 // Returns, per batch: 1 when it was written, 0 when not, -1 when a key
 // holds something that is no TAT (the batch is then left alone, and the
 // key's TAT is -1); then the TAT read of each key, 0 when absent.
 const batchLua = `
 local reply = {}
-local now, margin, batchNow
+local now, margin
 
 -- The key lives until its bucket is full again, plus the margin that
 -- covers the skew between our clocks and the server's. Redis writes a
@@ -67,9 +73,12 @@ local function refund(key, t, interval, cost)
   end
 end
 
--- run runs the batch of op on the n keys after KEYS[k], whose now is
--- ARGV[a], and appends its status and TATs to reply.
-local function run(op, k, n, a)
+local SPEND, REFUND, SETTLE = 1, 2, 3
+
+-- run runs the batch of op on the n keys after KEYS[k], whose numbers
+-- after the first two are in blob from pos on, and appends its status and
+-- TATs to reply.
+local function run(op, k, n, blob, pos)
   local at = #reply + 1
   reply[at] = 0
   local bad = false
@@ -89,30 +98,32 @@ local function run(op, k, n, a)
     reply[at] = -1
     return
   end
-  if op == 'check' then
+  if op ~= SPEND and op ~= REFUND and op ~= SETTLE then
     return
   end
-  batchNow, margin = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  -- clock sets now to bucket i's clock.
-  local function clock(b)
-    now = tonumber(ARGV[b + 4])
+  local batchNow
+  batchNow, margin, pos = struct.unpack('<i8i8', blob, pos)
+  -- bucket reads key i's numbers, and sets now to its clock.
+  local function bucket()
+    local interval, burst, cost, shadow, clock
+    interval, burst, cost, shadow, clock, pos = struct.unpack('<i8i8i8i8i8', blob, pos)
+    now = clock
     if now == 0 then
       now = batchNow
     end
+    return interval, burst, cost, shadow
   end
-  if op == 'spend' then
+  if op == SPEND then
     local spent = {}
     for i = 1, n do
-      local b = a + 5 * i - 3
-      clock(b)
-      local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+      local interval, burst, cost, shadow = bucket()
       local t = math.max(reply[at + i], now)
       -- A cost above the burst, which includes any cost on burst 0, is
       -- denied first; below it, cost * interval is at most the offset.
       local allowed = cost <= burst and t + cost * interval - now <= burst * interval
       if allowed and cost > 0 then
         spent[i] = t + cost * interval
-      elseif not allowed and ARGV[b + 3] ~= '1' then
+      elseif not allowed and shadow ~= 1 then
         return
       end
     end
@@ -121,11 +132,10 @@ local function run(op, k, n, a)
     end
   else
     for i = 1, n do
-      local key, b = KEYS[k + i], a + 5 * i - 3
-      clock(b)
-      local interval, burst, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+      local key = KEYS[k + i]
+      local interval, burst, cost = bucket()
       local t = math.max(reply[at + i], now)
-      if burst > 0 and op == 'settle' and cost > 0 then
+      if burst > 0 and op == SETTLE and cost > 0 then
         -- The excess is charged past empty, up to one burst of debt.
         local limit = now + 2 * burst * interval
         if t < limit then
@@ -138,7 +148,7 @@ local function run(op, k, n, a)
         end
       elseif burst > 0 and cost < 0 then
         refund(key, t, interval, -cost)
-      elseif burst > 0 and op == 'refund' and cost > 0 then
+      elseif burst > 0 and op == REFUND and cost > 0 then
         refund(key, t, interval, cost)
       end
     end
@@ -146,17 +156,15 @@ local function run(op, k, n, a)
   reply[at] = 1
 end
 
-local k, a = 0, 1
-while a <= #ARGV do
-  local op, n = ARGV[a], tonumber(ARGV[a + 1])
-  if op ~= 'check' and op ~= 'spend' and op ~= 'refund' and op ~= 'settle' then
-    return redis.error_reply('ERR ratelimitd: unknown operation ' .. tostring(op))
+local k = 0
+for a = 1, #ARGV do
+  local blob = ARGV[a]
+  local op, n, pos = struct.unpack('<i8i8', blob)
+  if op < 0 or op > SETTLE or n < 0 or k + n > #KEYS then
+    return redis.error_reply('ERR ratelimitd: a malformed batch')
   end
-  run(op, k, n, a + 2)
-  k, a = k + n, a + 2
-  if op ~= 'check' then
-    a = a + 2 + 5 * n
-  end
+  run(op, k, n, blob, pos)
+  k = k + n
 end
 return reply
 `
@@ -179,20 +187,21 @@ var script = newLuaScript(batchLua)
 type scriptRun struct {
 	keys []string
 	args []any
-	// nums holds the numbers among a batch's args, which point to them: a
-	// *int64 goes into an interface without an allocation, which an
-	// int64 above 255 costs, and go-redis writes it as its number.
-	nums []int64
+	// blob is a batch's one argument of the batch script, which args
+	// holds: a pointer, so that it goes into an interface without an
+	// allocation.
+	blob *packed
 }
 
-// opArgs are the script's first argument for each operation, converted to
-// interfaces once rather than on every call.
-var opArgs = [...]any{
-	limiter.Check:  limiter.Check.String(),
-	limiter.Spend:  limiter.Spend.String(),
-	limiter.Refund: limiter.Refund.String(),
-	limiter.Settle: limiter.Settle.String(),
-}
+// packed is a batch's numbers as batchLua reads them, little-endian 64-bit
+// integers. go-redis writes it through MarshalBinary as one argument.
+type packed []byte
+
+// MarshalBinary returns the bytes as they are.
+func (p *packed) MarshalBinary() ([]byte, error) { return *p, nil }
+
+// opCodes are the operations as batchLua numbers them.
+var opCodes = [...]int64{limiter.Check: 0, limiter.Spend: 1, limiter.Refund: 2, limiter.Settle: 3}
 
 // run returns the script run of op on batch, in r's memory.
 func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bucket) scriptRun {
@@ -200,27 +209,38 @@ func (c *config) run(r scriptRun, op limiter.Op, nowUS int64, batch []limiter.Bu
 	for i := range batch {
 		keys = append(keys, c.prefix+string(batch[i].Key))
 	}
-	args := append(r.args[:0], opArgs[op], len(batch))
-	if op == limiter.Check {
-		return scriptRun{keys: keys, args: args, nums: r.nums}
+	if r.blob == nil {
+		r.blob = new(packed)
 	}
-	nums := append(r.nums[:0], nowUS, c.marginUS)
+	b := packBatch((*r.blob)[:0], op, nowUS, c.marginUS, batch)
+	*r.blob = b
+	return scriptRun{keys: keys, args: append(r.args[:0], r.blob), blob: r.blob}
+}
+
+// packBatch appends the numbers of op on batch to b, in batchLua's order.
+func packBatch(b []byte, op limiter.Op, nowUS, marginUS int64, batch []limiter.Bucket) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(opCodes[op]))
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(batch)))
+	if op == limiter.Check {
+		return b
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(nowUS))
+	b = binary.LittleEndian.AppendUint64(b, uint64(marginUS))
 	for i := range batch {
-		b := &batch[i]
-		cost := b.Cost
+		bk := &batch[i]
+		cost := bk.Cost
 		if op == limiter.Settle {
-			cost -= b.Reserved
+			cost -= bk.Reserved
 		}
 		var shadow int64
-		if b.Shadow {
+		if bk.Shadow {
 			shadow = 1
 		}
-		nums = append(nums, b.Rate.Interval, b.Rate.Burst, cost, shadow, b.Now)
+		for _, v := range [...]int64{bk.Rate.Interval, bk.Rate.Burst, cost, shadow, bk.Now} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		}
 	}
-	for i := range nums {
-		args = append(args, &nums[i])
-	}
-	return scriptRun{keys: keys, args: args, nums: nums}
+	return b
 }
 
 // decide records the TATs of a batch's part of the script's reply in
