@@ -33,7 +33,8 @@ func Keep(getenv func(string) string, headroom uint64) (stop func()) {
 	if getenv("GOGC") != "" || headroom == 0 {
 		return func() {}
 	}
-	t := &tuner{headroom: headroom, samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t := &tuner{headroom: headroom, samples: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	t.adjust()
 	t.arm()
 	return func() {
@@ -70,26 +71,40 @@ func (t *tuner) arm() {
 	})
 }
 
-// adjust sets the percent that the heap found live by the last
-// collection needs to grow by headroom.
+// adjust sets the percent at which the heap grows by headroom after the
+// last collection. Go applies the percent to what that collection found
+// live plus what it scans besides, the goroutines' stacks and the globals,
+// so that is the base: the heap live alone would be a fraction of it when
+// many goroutines wait, and the heap would grow by a multiple of headroom.
 func (t *tuner) adjust() {
 	metrics.Read(t.samples)
-	if t.samples[0].Value.Kind() != metrics.KindUint64 {
-		return
+	var base uint64
+	for _, s := range t.samples {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		base += s.Value.Uint64()
 	}
-	p := Percent(t.samples[0].Value.Uint64(), t.headroom)
+	p := Percent(base, t.headroom)
 	if p != t.percent && !t.stopped.Load() {
 		t.percent = p
 		debug.SetGCPercent(p)
 	}
 }
 
-// Percent is the GOGC at which a heap of live bytes grows by at least
-// headroom before the next collection, and never below DefaultPercent.
+// minBase is the base below which Go's minimum heap, 4 MiB at GOGC=100
+// and that times GOGC/100 at any other, decides when it collects.
+const minBase = 4 << 20
+
+// Percent is the GOGC at which a heap grows by at least headroom before
+// the next collection, when the collector's base (what it found live and
+// scans besides) is live bytes, and never below DefaultPercent.
 // It is rounded up to two significant digits, so that a heap that moves a
 // little does not change it after every collection.
 func Percent(live, headroom uint64) int {
-	live = max(live, 1<<20)
+	// Go never collects below 4 MiB times the percent over 100, however
+	// small the heap: below that, the percent sets the heap's size alone.
+	live = max(live, minBase)
 	p := (headroom*100 + live - 1) / live
 	if p <= DefaultPercent {
 		return DefaultPercent
