@@ -6,8 +6,8 @@
 // snapshot, its buckets, its buffers) while every decision allocates a
 // little, so at GOGC=100 a busy replica collected dozens of times a
 // second, and each collection scans every goroutine's stack; on the gRPC
-// front, which keeps many goroutines, that was about 40% of the process's
-// CPU per call (docs/performance.md). Go offers a percent (GOGC) and a
+// front, which keeps many goroutines, collecting less often took about 40%
+// off the process's CPU per call (docs/performance.md). Go offers a percent (GOGC) and a
 // ceiling (GOMEMLIMIT), but no floor: this package adds one, by setting
 // the percent after each collection so that the next one comes no sooner
 // than a fixed headroom of allocation later. A large heap keeps GOGC=100
