@@ -46,6 +46,9 @@ type options struct {
 	// bootstrap is RATELIMIT_BOOTSTRAP_TOKEN; a random one when empty.
 	// Processes that should accept the same token share it.
 	bootstrap string
+	// gogc is GOGC; unset when empty, whatever the tests' environment
+	// says, so that every process runs as a default install does.
+	gogc string
 }
 
 // service is one ratelimitd process, started from the binary TestMain
@@ -87,9 +90,12 @@ func newService(t *testing.T, name string, opts options) *service {
 	}
 	s := &service{t: t, name: name, bootstrap: opts.bootstrap, logs: &testenv.LockedBuffer{}}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RATELIMIT_") {
+		if !strings.HasPrefix(kv, "RATELIMIT_") && !strings.HasPrefix(kv, "GOGC=") {
 			s.env = append(s.env, kv)
 		}
+	}
+	if opts.gogc != "" {
+		s.env = append(s.env, "GOGC="+opts.gogc)
 	}
 	s.env = append(s.env,
 		"RATELIMIT_DATABASE_URL="+opts.databaseURL,
