@@ -145,8 +145,6 @@ type queue struct {
 	// maxInFlight. The goroutines exit when nothing is queued, so an idle
 	// store holds none.
 	inFlight int
-	// trips holds the memory of the round trips that are over.
-	trips sync.Pool
 }
 
 // do sends c, or queues it when the wire is full, and waits for its reply
@@ -162,24 +160,21 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
-		buf := p.trip()
-		buf.calls = append(buf.calls, c)
+		var buf roundTrip
+		calls := [1]*scriptCall{c}
 		ctx, cancel := c.sendCtx()
-		p.run(ctx, buf.calls, buf)
+		p.run(ctx, calls[:], &buf)
 		cancel()
 		<-c.done
-		clear(buf.calls)
-		buf.calls = buf.calls[:0]
 		p.mu.Lock()
 		if len(p.pending) > 0 {
 			// What queued meanwhile goes now, on the round trip this
-			// call gives up, and in its memory.
-			go p.send(buf)
+			// call gives up.
+			go p.send()
 			p.mu.Unlock()
 		} else {
 			p.inFlight--
 			p.mu.Unlock()
-			p.trips.Put(buf)
 		}
 		return true, c.err
 	}
@@ -199,8 +194,6 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 
 // roundTrip is the memory of one round trip, reused by the next.
 type roundTrip struct {
-	// calls are the script calls it carries.
-	calls []*scriptCall
 	parts []*part
 	// runs are the script calls; the parts of runs[i] are
 	// parts[ends[i-1]:ends[i]].
@@ -212,35 +205,29 @@ type roundTrip struct {
 	args []any
 }
 
-// trip returns the memory of a round trip that is over, or new memory.
-func (p *queue) trip() *roundTrip {
-	if buf, ok := p.trips.Get().(*roundTrip); ok {
-		return buf
-	}
-	return new(roundTrip)
-}
-
-// send sends what is queued, a round trip at a time in buf, until nothing
-// is. It runs as one of the round trips inFlight counts.
-func (p *queue) send(buf *roundTrip) {
+// send sends what is queued, a round trip at a time, until nothing is. It
+// runs as one of the round trips inFlight counts.
+func (p *queue) send() {
+	var (
+		calls []*scriptCall
+		buf   roundTrip
+	)
 	for {
 		p.mu.Lock()
 		if len(p.pending) == 0 {
 			p.inFlight--
 			p.mu.Unlock()
-			p.trips.Put(buf)
 			return
 		}
 		n := min(len(p.pending), maxPipeline)
-		buf.calls = append(buf.calls[:0], p.pending[:n]...)
+		calls = append(calls[:0], p.pending[:n]...)
 		left := copy(p.pending, p.pending[n:])
 		clear(p.pending[left:])
 		p.pending = p.pending[:left]
 		p.mu.Unlock()
-		p.runQueued(buf.calls, buf)
+		p.runQueued(calls, &buf)
 		// The calls belong to their callers again.
-		clear(buf.calls)
-		buf.calls = buf.calls[:0]
+		clear(calls)
 	}
 }
 
