@@ -194,6 +194,8 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 
 // roundTrip is the memory of one round trip, reused by the next.
 type roundTrip struct {
+	// sent are the calls it sends, which it answers when it is over.
+	sent  []*scriptCall
 	parts []*part
 	// runs are the script calls; the parts of runs[i] are
 	// parts[ends[i-1]:ends[i]].
@@ -250,14 +252,17 @@ func (p *queue) runQueued(calls []*scriptCall, buf *roundTrip) {
 // call its results. Calls whose context has ended are answered with its
 // error and not sent.
 func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
-	buf.parts = buf.parts[:0]
+	buf.parts, buf.sent = buf.parts[:0], buf.sent[:0]
 	now := time.Now()
 	for _, c := range calls {
 		if err := c.ended(now); err != nil {
 			c.err = err
+			// From here on c is its caller's, who may use it again at
+			// once: run must not look at it again.
 			c.done <- struct{}{}
 			continue
 		}
+		buf.sent = append(buf.sent, c)
 		for i := range c.parts {
 			buf.parts = append(buf.parts, &c.parts[i])
 		}
@@ -272,11 +277,10 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		split(cmd, buf.parts[from:buf.ends[i]])
 		from = buf.ends[i]
 	}
-	for _, c := range calls {
-		if c.err == nil {
-			c.done <- struct{}{}
-		}
+	for _, c := range buf.sent {
+		c.done <- struct{}{}
 	}
+	clear(buf.sent)
 	clear(buf.parts)
 	clear(buf.runs)
 	clear(buf.cmds)
