@@ -7,12 +7,12 @@
 // little, so at GOGC=100 a busy replica collected dozens of times a
 // second, and each collection scans every goroutine's stack; on the gRPC
 // front, which keeps many goroutines, collecting less often took about 40%
-// off the process's CPU per call (docs/performance.md). Go offers a percent (GOGC) and a
-// ceiling (GOMEMLIMIT), but no floor: this package adds one, by setting
-// the percent after each collection so that the next one comes no sooner
-// than a fixed headroom of allocation later. A large heap keeps GOGC=100
-// and so pays nothing; a small one uses at most the headroom more memory.
-// GOMEMLIMIT still applies, and wins near the limit.
+// off the process's CPU per call (docs/performance.md). Go offers a
+// percent (GOGC) and a ceiling (GOMEMLIMIT), but no floor: this package
+// adds one, by setting the percent after each collection so that the next
+// one comes no sooner than a fixed headroom of allocation later. A large
+// heap keeps GOGC=100 and so pays nothing; a small one uses at most the
+// headroom more memory. GOMEMLIMIT still applies, and wins near the limit.
 package gcfloor
 
 import (
