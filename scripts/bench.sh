@@ -6,7 +6,15 @@
 # reported as a ratio to it, which says more than requests/s on a machine
 # whose speed nobody else shares.
 #
-# The ceiling and one service per store run at once, each on a free
+# A second yardstick, "ceiling waiting", is the same server with -wait
+# BENCH_CEILING_WAIT: each handler reads the body to its end and then waits
+# for another goroutine, which answers the handlers waiting together once
+# per wait, as a store's round trip answers its calls. Its CPU per request
+# above the ceiling's is what net/http and the scheduler charge a handler
+# that waits, whatever it waits for: the floor under the Redis rows' cost
+# above the in-process rows'.
+#
+# The ceilings and one service per store run at once, each on a free
 # loopback port with its own throw-away SQLite database; the load uses a
 # token of scope decide, as a client service would. Each round runs every
 # target once, one after the other (the ceiling first), so that a
@@ -90,6 +98,8 @@
 #   BENCH_GRPC_STREAMS      h2load streams per connection     32
 #   BENCH_H2C_CONNECTIONS   h2load connections (h2c)          2
 #   BENCH_H2C_STREAMS       h2load streams per connection     32
+#   BENCH_CEILING_WAIT the waiting ceiling's wait; 0 leaves   200us
+#                      it out
 #   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
 #   BENCH_GOGC         GOGC of the service                    unset: the service's
 #                      floor of 64 MiB between collections (docs/configuration.md)
@@ -115,6 +125,7 @@ GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
 GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
 H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
 H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
+CEILING_WAIT=${BENCH_CEILING_WAIT:-200us}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
@@ -153,6 +164,12 @@ declare -A URL GRPC TOKEN PID REDIS
 TARGETS=(ceiling)
 start_ceiling
 URL[ceiling]=$CEILING_URL GRPC[ceiling]='' TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=''
+if [ "$CEILING_WAIT" != 0 ]; then
+	t="ceiling waiting"
+	TARGETS+=("$t")
+	start_ceiling -wait "$CEILING_WAIT"
+	URL[$t]=$CEILING_URL GRPC[$t]='' TOKEN[$t]=none PID[$t]=$CEILING_PID REDIS[$t]=''
+fi
 
 # grpc_addr prints the address of the gRPC listener of the service started
 # last, as it announced it.
@@ -298,7 +315,7 @@ h2load_line() {
 # tool of its scenario and prints wrk_spend's line.
 spend() {
 	local t=$1 n=1 kind=allowed
-	if [ "$t" != ceiling ]; then
+	if [ "${TOKEN[$t]}" != none ]; then
 		local sc=${t#* }
 		case $sc in
 		grpc) grpc_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
@@ -324,12 +341,12 @@ run() {
 	cpu0=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c0 u0 r0 < <(script_stats "${REDIS[$t]}")
 	[ -n "$own" ] && rcpu0=$(cpu_ticks "$REDIS_PID")
-	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
+	[ "${TOKEN[$t]}" != none ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
 	read -r req secs p50 p99 bad wrong sock kinds < <(spend "$t" "$DURATION" "$expect")
 	cpu1=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c1 u1 r1 < <(script_stats "${REDIS[$t]}")
 	[ -n "$own" ] && rcpu1=$(cpu_ticks "$REDIS_PID")
-	[ "$t" != ceiling ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
+	[ "${TOKEN[$t]}" != none ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
 	if [ "$bad" != 0 ] || [ "$wrong" != 0 ] || [ "$sock" != 0 ]; then
 		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
 		status=1

@@ -11,6 +11,7 @@ SVC_OUT=
 SVC_PIDS=
 LOAD_PID=
 CEILING_PID=
+CEILING_PIDS=
 REDIS_PID=
 REDIS_PREFIX_IN_USE=
 REDIS_URL_IN_USE=
@@ -30,16 +31,19 @@ need_wrk() {
 		die "wrk is needed: install it with 'apt-get install wrk' (Debian, Ubuntu) or 'brew install wrk' (macOS)"
 }
 
-# start_ceiling runs bin/ceiling on a free loopback port and sets
-# CEILING_PID and CEILING_URL.
+# start_ceiling [FLAG...] runs bin/ceiling with the flags given on a free
+# loopback port and sets CEILING_PID and CEILING_URL; several ceilings can
+# run at once.
 start_ceiling() {
-	"$ROOT/bin/ceiling" >"$WORK/ceiling.stdout" 2>"$WORK/ceiling.log" &
+	local out="$WORK/ceiling.$$.$RANDOM"
+	"$ROOT/bin/ceiling" "$@" >"$out.stdout" 2>"$out.log" &
 	CEILING_PID=$!
+	CEILING_PIDS="$CEILING_PIDS $CEILING_PID"
 	local i
 	for i in $(seq 100); do
-		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$WORK/ceiling.stdout" 2>/dev/null || true)
+		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$out.stdout" 2>/dev/null || true)
 		[ -n "$CEILING_URL" ] && return 0
-		kill -0 "$CEILING_PID" 2>/dev/null || { cat "$WORK/ceiling.log" >&2; die "ceiling did not start"; }
+		kill -0 "$CEILING_PID" 2>/dev/null || { cat "$out.log" >&2; die "ceiling did not start"; }
 		sleep 0.1
 	done
 	die "ceiling did not listen within 10s"
@@ -196,7 +200,7 @@ redis_cleanup() {
 cleanup() {
 	local rc=$?
 	local pid
-	for pid in $LOAD_PID $CEILING_PID; do
+	for pid in $LOAD_PID $CEILING_PIDS; do
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done
