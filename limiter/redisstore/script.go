@@ -54,9 +54,9 @@ local now, margin
 
 -- The key lives until its bucket is full again, plus the margin that
 -- covers the skew between our clocks and the server's. Both numbers are
--- whole and below 2^53, so '%d' writes their exact digits. A number
--- argument Redis would format itself as a double ('%.17g'), which took
--- about 5% of its CPU under make bench's load.
+-- whole and below 2^53, so '%d' writes their exact digits. Given a
+-- number, Redis would format it as a double ('%.17g'), which took about
+-- 5% of its CPU under make bench's load.
 local function put(key, tat)
   redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil((tat + margin) / 1000)))
 end
