@@ -34,7 +34,7 @@ func TestRateLimitHeader(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := limiter.Decision{Limit: "L", Outcome: c.o, Params: params, Source: limiter.SourceDefault}
 			res := limiter.Result{Allowed: d.Allowed, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Decisions: []limiter.Decision{d}}
-			h := rateLimitHeaders(c.op, res)
+			h := rateLimitHeaders(t, c.op, res)
 			if got := h.Get("RateLimit"); got != c.ratelimit {
 				t.Errorf("RateLimit %q, want %q", got, c.ratelimit)
 			}
@@ -70,7 +70,7 @@ func TestPolicyOfQuotasAndLeases(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.d.Allowed, c.d.Source = true, limiter.SourceDefault
-			h := rateLimitHeaders(limiter.Spend, limiter.Result{Allowed: true, Decisions: []limiter.Decision{c.d}})
+			h := rateLimitHeaders(t, limiter.Spend, limiter.Result{Allowed: true, Decisions: []limiter.Decision{c.d}})
 			if got := h.Get("RateLimit-Policy"); got != c.policy {
 				t.Errorf("RateLimit-Policy %q, want %q", got, c.policy)
 			}
@@ -79,14 +79,15 @@ func TestPolicyOfQuotasAndLeases(t *testing.T) {
 }
 
 // rateLimitHeaders returns the headers of an answer with res, after a
-// request id.
-func rateLimitHeaders(op limiter.Op, res limiter.Result) http.Header {
+// request id, which must come through them unchanged.
+func rateLimitHeaders(t *testing.T, op limiter.Op, res limiter.Result) http.Header {
+	t.Helper()
 	sc := &scratch{header: []byte("id")}
 	sc.mark("X-Request-Id")
 	sc.appendRateLimit(op, res)
 	h := http.Header{}
 	if id := sc.setHeaders(h); id != "id" || h.Get("X-Request-Id") != "id" {
-		panic("the request id is " + id)
+		t.Fatalf("the request id is %q, its header %q, want id", id, h.Get("X-Request-Id"))
 	}
 	return h
 }
