@@ -49,6 +49,8 @@ var importRules = []importRule{
 	{pkg: "./limiter/bucketid", forbid: []string{nonStd},
 		allow: []string{"./limiter", "golang.org/x/net/idna", "golang.org/x/net/publicsuffix", "golang.org/x/text/..."},
 		why:   "the id formats import the engine's vocabulary, IDNA and the public suffix list, nothing else"},
+	{pkg: "./client/clientip", forbid: []string{nonStd},
+		why: "the client address through trusted proxies is shared by the server's forward auth and the services' client, so it imports the standard library only"},
 	{pkg: "./limiter/rules", forbid: []string{nonStd}, allow: []string{"./limiter"},
 		why: "the rules import the engine's vocabulary, nothing else"},
 	{pkg: "./db/...", forbid: []string{"./api/...", "./cmd/..."},
