@@ -120,7 +120,7 @@ func clusterOnFreePorts() ([]string, error) {
 		if err != nil {
 			return fail(err)
 		}
-		n, err := startServer(bin, ports[2*i], dir, true,
+		n, err := startServer(bin, ports[2*i], dir, true, "",
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-port", strconv.Itoa(ports[2*i+1]),
@@ -173,6 +173,9 @@ type RedisProcess struct {
 	dir string
 	// port stays the same across restarts so that clients reconnect.
 	port int
+	// extra are the arguments beyond startServer's own, the same at every
+	// start: a replica's primary, a Cluster node's bus port.
+	extra []string
 	// srv is the running process, nil while stopped.
 	srv *server
 }
@@ -183,21 +186,31 @@ type RedisProcess struct {
 // Unavailable.
 func RedisServer(t testing.TB) *RedisProcess {
 	t.Helper()
+	return newRedisProcess(t, t.TempDir(), nil)
+}
+
+// newRedisProcess starts a private redis-server in dir with the arguments
+// extra gives for the port it listens on, as RedisServer does.
+func newRedisProcess(t testing.TB, dir string, extra func(port int) ([]string, error)) *RedisProcess {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		Unavailable(t, "redis-server", err)
 	}
-	p := &RedisProcess{t: t, bin: bin, dir: t.TempDir()}
+	p := &RedisProcess{t: t, bin: bin, dir: dir}
 	t.Cleanup(p.Stop)
 	// Another process can take a free port before the server binds it;
 	// a fresh port then succeeds.
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(1)
+		if err == nil && extra != nil {
+			p.extra, err = extra(ports[0])
+		}
 		if err != nil {
 			t.Fatalf("finding a free port: %v", err)
 		}
 		p.port = ports[0]
-		srv, err := startServer(bin, p.port, p.dir, false)
+		srv, err := startServer(bin, p.port, p.dir, false, "", p.extra...)
 		if err == nil {
 			p.srv = srv
 			return p
@@ -238,14 +251,14 @@ func (p *RedisProcess) Stop() {
 	}
 }
 
-// Start restarts a stopped server on the same port, empty, and returns once
-// it answers PING.
+// Start restarts a stopped server on the same port, empty (a Cluster node
+// keeps its nodes.conf), and returns once it answers PING.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
 	if p.srv != nil {
 		p.t.Fatalf("redis-server %s is already running", p.Addr())
 	}
-	srv, err := startServer(p.bin, p.port, p.dir, false)
+	srv, err := startServer(p.bin, p.port, p.dir, false, "", p.extra...)
 	if err != nil {
 		p.t.Fatalf("restarting redis-server: %v", err)
 	}
@@ -275,14 +288,20 @@ type server struct {
 const watchdogScript = `trap '' INT; read _; kill -KILL "$1" 2>/dev/null; [ -z "$2" ] || rm -rf "$2"`
 
 // startServer starts redis-server on 127.0.0.1:port in dir, without
-// persistence, and waits until it answers PING. With removeDir, the
-// watchdog removes dir after killing the server.
-func startServer(bin string, port int, dir string, removeDir bool, extra ...string) (*server, error) {
+// persistence, and waits until it answers PING. conf, when not empty, is
+// the configuration file it reads first (a Sentinel needs one, which it
+// rewrites). With removeDir, the watchdog removes dir after killing the
+// server.
+func startServer(bin string, port int, dir string, removeDir bool, conf string, extra ...string) (*server, error) {
 	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), exited: make(chan struct{})}
-	args := append([]string{
+	var args []string
+	if conf != "" {
+		args = append(args, conf)
+	}
+	args = append(append(args,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-	}, extra...)
+	), extra...)
 	s.cmd = exec.Command(bin, args...)
 	// The server writes to a pipe of ours, never to the test binary's
 	// output, which go test waits on; the end of the pipe tells that the

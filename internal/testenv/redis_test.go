@@ -2,6 +2,8 @@ package testenv_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,4 +90,75 @@ func TestRedisCluster(t *testing.T) {
 	if len(shards) != 3 || covered != 16384 {
 		t.Fatalf("%d shards cover %d slots, want 3 covering 16384", len(shards), covered)
 	}
+}
+
+// TestRedisSentinel: the Sentinels promote the replica when the primary
+// is killed, and name it from then on.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	s := testenv.NewRedisSentinel(t)
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0], ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	primary := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		addr, err := c.GetMasterAddrByName(ctx, s.MasterName).Result()
+		if err != nil {
+			return err.Error()
+		}
+		return net.JoinHostPort(addr[0], addr[1])
+	}
+	if got := primary(); got != s.Primary.Addr() {
+		t.Fatalf("the Sentinels name %s, want the primary %s", got, s.Primary.Addr())
+	}
+	if !strings.HasPrefix(s.URL(), "redis+sentinel://"+s.Sentinels[0]+",") || !strings.HasSuffix(s.URL(), "/"+s.MasterName) {
+		t.Errorf("URL %s", s.URL())
+	}
+	killed := time.Now()
+	s.Primary.Stop()
+	for primary() != s.Replica.Addr() {
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("the replica not promoted within 30s of the primary's death: the Sentinels name %s", primary())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the Sentinels named the replica %v after the primary was killed", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestRedisReplicatedCluster: every shard is a primary and its replica,
+// and a primary killed is replaced by its replica.
+func TestRedisReplicatedCluster(t *testing.T) {
+	t.Parallel()
+	rc := testenv.NewRedisReplicatedCluster(t)
+	if len(rc.Primaries) != 3 || len(rc.Replicas) != 3 {
+		t.Fatalf("%d primaries and %d replicas, want 3 and 3", len(rc.Primaries), len(rc.Replicas))
+	}
+	primary, replica := rc.Shard(t, "{shard}key")
+	survivor := rc.Primaries[0]
+	if survivor == primary {
+		survivor = rc.Primaries[1]
+	}
+	c := redis.NewClient(&redis.Options{Addr: survivor.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	killed := time.Now()
+	primary.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		shards, err := c.ClusterShards(ctx).Result()
+		cancel()
+		promoted := false
+		for _, sh := range shards {
+			for _, n := range sh.Nodes {
+				promoted = promoted || n.Role == "master" && n.Health == "online" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == replica.Addr()
+			}
+		}
+		if err == nil && promoted {
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("the replica %s not promoted within 30s of its primary's death: %v %+v", replica.Addr(), err, shards)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the cluster promoted the replica %v after its primary was killed", time.Since(killed).Round(time.Millisecond))
 }
