@@ -28,38 +28,34 @@ const (
 	sentinelFailoverTimeout = 3 * time.Second
 )
 
-// RedisSentinel is a primary, its replica and three Sentinels watching
-// them, started for one test: the test may kill the primary and watch the
-// Sentinels promote the replica.
+// RedisSentinel is a primary, its two replicas and three Sentinels
+// watching them, started for one test: the test may kill the primary and
+// watch the Sentinels promote a replica, which the other then replicates.
 type RedisSentinel struct {
 	// MasterName is the name the Sentinels know the primary by.
 	MasterName string
 	Primary    *RedisProcess
-	Replica    *RedisProcess
+	Replicas   []*RedisProcess
 	// Sentinels are the Sentinels' addresses.
 	Sentinels []string
 }
 
-// NewRedisSentinel starts a primary, a replica of it and three Sentinels
-// (quorum 2, down after a second) on free loopback ports, their files in
-// the test's temporary directory, and returns once the replica is in sync
-// and every Sentinel knows the replica and the other Sentinels, so that a
-// failover can happen. Everything is killed when the test ends, or when
-// the test binary exits however it exits. Without the redis-server binary
-// it calls Unavailable.
+// NewRedisSentinel starts a primary, two replicas of it and three
+// Sentinels (quorum 2, down after a second) on free loopback ports, their
+// files in the test's temporary directory, and returns once the replicas
+// are in sync and every Sentinel knows them and the other Sentinels, so
+// that a failover can happen. Two replicas, as production runs them, so
+// that the new primary has a replica too. Everything is killed when the
+// test ends, or when the test binary exits however it exits. Without the
+// redis-server binary it calls Unavailable.
 func NewRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	dir := t.TempDir()
 	s := &RedisSentinel{MasterName: "ratelimitd"}
 	s.Primary = newRedisProcess(t, subdir(t, dir, "primary"), nil)
-	s.Replica = newRedisProcess(t, subdir(t, dir, "replica"), func(int) ([]string, error) {
-		return []string{"--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.port)}, nil
-	})
+	s.Replicas = []*RedisProcess{RedisReplica(t, s.Primary), RedisReplica(t, s.Primary)}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	if err := waitReplica(ctx, s.Primary.Addr(), s.Replica.Addr()); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 3 {
 		s.Sentinels = append(s.Sentinels, s.startSentinel(t, subdir(t, dir, "sentinel-"+strconv.Itoa(i))))
 	}
@@ -69,6 +65,22 @@ func NewRedisSentinel(t testing.TB) *RedisSentinel {
 		}
 	}
 	return s
+}
+
+// RedisReplica starts a replica of the private server primary, on a free
+// loopback port, and returns once it is in sync; it is killed when the
+// test ends.
+func RedisReplica(t testing.TB, primary *RedisProcess) *RedisProcess {
+	t.Helper()
+	r := newRedisProcess(t, t.TempDir(), func(int) ([]string, error) {
+		return []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := waitReplica(ctx, primary.Addr(), r.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // URL returns the service's RATELIMIT_REDIS_URL for the primary the
@@ -105,7 +117,7 @@ func (s *RedisSentinel) startSentinel(t testing.TB, dir string) string {
 	}
 }
 
-// waitSentinel waits until the Sentinel at addr knows the replica, up,
+// waitSentinel waits until the Sentinel at addr knows the replicas, up,
 // and the two other Sentinels: Sentinels find replicas in their
 // primary's INFO and each other through its hello channel, every few
 // seconds.
@@ -119,13 +131,18 @@ func (s *RedisSentinel) waitSentinel(ctx context.Context, addr string) error {
 		if err == nil {
 			sentinels, err = c.Sentinels(ctx, s.MasterName).Result()
 		}
-		if err == nil && len(replicas) == 1 && replicas[0]["flags"] == "slave" &&
-			replicas[0]["master-link-status"] == "ok" && len(sentinels) == 2 {
+		up := 0
+		for _, r := range replicas {
+			if r["flags"] == "slave" && r["master-link-status"] == "ok" {
+				up++
+			}
+		}
+		if err == nil && up == len(s.Replicas) && len(sentinels) == 2 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Sentinel at %s does not know the replica and the other Sentinels within %v: %v, replicas %v, sentinels %d",
+			return fmt.Errorf("the Sentinel at %s does not know the replicas and the other Sentinels within %v: %v, replicas %v, sentinels %d",
 				addr, readyTimeout, err, replicas, len(sentinels))
 		case <-time.After(100 * time.Millisecond):
 		}

@@ -31,6 +31,7 @@ package redisstore
 //     see the slots at slightly different instants.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -53,7 +54,7 @@ type Cluster struct {
 
 	mu sync.Mutex
 	// queues holds a queue per master address, made when a call first
-	// goes there: as many as the Cluster has had masters.
+	// goes there, and dropped when another master has taken its place.
 	queues map[string]*queue
 }
 
@@ -62,7 +63,7 @@ var _ limiter.Store = (*Cluster)(nil)
 // NewCluster returns a Cluster on client; New says what it needs of it.
 func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
 	s := &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queues: map[string]*queue{}}
-	s.leases = leases{cfg: &s.config, client: client, slot: keySlot}
+	s.leases = leases{cfg: &s.config, client: client, slot: keySlot, send: s.sendLeases}
 	return s
 }
 
@@ -93,7 +94,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 		if parts[0].err != nil {
 			return false, parts[0].err
 		}
-		return decide(op, nowUS, parts[0].reply, parts[0].run.keys, batch)
+		return decide(op, nowUS, parts[0].reply, parts[0].run.keys, batch, parts[0].unreplicated)
 	}
 	errs := make([]error, len(groups))
 	denied := false
@@ -102,7 +103,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 		pt := &parts[i]
 		written, err := false, pt.err
 		if err == nil {
-			written, err = decide(op, nowUS, pt.reply, pt.run.keys, g.batch)
+			written, err = decide(op, nowUS, pt.reply, pt.run.keys, g.batch, pt.unreplicated)
 		}
 		errs[i] = err
 		for j, p := range g.pos {
@@ -184,15 +185,18 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 		for j, i := range c.groups {
 			if c.err != nil {
 				parts[i].err = c.err
-				continue
+			} else {
+				parts[i] = c.call.parts[j]
 			}
-			parts[i] = c.call.parts[j]
+			s.reloadIfStale(parts[i].err)
 		}
 	}
 	return parts, nil
 }
 
-// queueFor returns the queue of the master that serves key's slot.
+// queueFor returns the queue of the master that serves key's slot. With
+// Options.WaitReplicas, the queue sends through that master's own client
+// (failover.go).
 func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
 	master, err := s.client.MasterForKey(ctx, key)
 	if err != nil {
@@ -203,10 +207,92 @@ func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
 	defer s.mu.Unlock()
 	q := s.queues[addr]
 	if q == nil {
-		q = &queue{client: s.client}
+		s.replacedBy(ctx, addr)
+		q = &queue{client: s.client, key: key}
+		if s.wait != nil {
+			q.client, q.wait = master, s.wait
+		}
 		s.queues[addr] = q
 	}
 	return q, nil
+}
+
+// replacedBy looks, when the store first writes to the master at addr,
+// for the masters whose place it took: those whose queue's first key is
+// now addr's, as when a replica was promoted after its master died. It
+// drops their queues and records each replacement. The client's map of
+// slots answers without a network call.
+func (s *Cluster) replacedBy(ctx context.Context, addr string) {
+	for old, q := range s.queues {
+		if m, err := s.client.MasterForKey(ctx, q.key); err == nil && m.Options().Addr == addr {
+			delete(s.queues, old)
+			s.primaries.replaced(old, addr)
+		}
+	}
+}
+
+// reloadIfStale asks the client to reload its map of slots, in the
+// background, after an error a stale map may explain (staleMap); the
+// client runs one reload at a time.
+func (s *Cluster) reloadIfStale(err error) {
+	if staleMap(err) {
+		s.client.ReloadState(context.Background())
+	}
+}
+
+// sendLeases runs lease script calls: in the Cluster's pipeline or, when
+// they wait for replicas, through each master's own client, so that WAIT
+// follows its scripts on their connection (failover.go), all masters at
+// once.
+func (s *Cluster) sendLeases(ctx context.Context, runs []scriptRun, wait *replicaWait) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(runs))
+	var unreplicated error
+	if wait == nil {
+		cmds, _ = evalPipelined(ctx, s.client, leaseScript, redis.NewCmd, runs, cmds, nil)
+	} else {
+		type master struct {
+			client *redis.Client
+			runs   []int
+			err    error
+		}
+		var masters []*master
+		for i, r := range runs {
+			c, err := s.client.MasterForKey(ctx, r.keys[0])
+			if err != nil {
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(err)
+				continue
+			}
+			j := slices.IndexFunc(masters, func(m *master) bool { return m.client == c })
+			if j < 0 {
+				j = len(masters)
+				masters = append(masters, &master{client: c})
+			}
+			masters[j].runs = append(masters[j].runs, i)
+		}
+		var wg sync.WaitGroup
+		for _, m := range masters {
+			wg.Go(func() {
+				mine := make([]scriptRun, len(m.runs))
+				for k, i := range m.runs {
+					mine[k] = runs[i]
+				}
+				var out []*redis.Cmd
+				out, m.err = evalPipelined(ctx, m.client, leaseScript, redis.NewCmd, mine, nil, wait)
+				for k, i := range m.runs {
+					cmds[i] = out[k]
+				}
+			})
+		}
+		wg.Wait()
+		for _, m := range masters {
+			unreplicated = cmp.Or(unreplicated, m.err)
+		}
+	}
+	for _, cmd := range cmds {
+		s.reloadIfStale(cmd.Err())
+	}
+	return cmds, unreplicated
 }
 
 // Reset implements limiter.Store, with one DEL per slot.
@@ -236,12 +322,23 @@ func (s *Cluster) Reset(ctx context.Context, keys []string) error {
 }
 
 // Ping implements limiter.Store: every master must answer, since any of
-// them may hold a bucket.
+// them may hold a bucket. It records the masters in the Topology.
 func (s *Cluster) Ping(ctx context.Context) error {
 	return s.bounded(ctx, "ping", func(ctx context.Context) error {
-		return s.client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		var (
+			mu    sync.Mutex
+			addrs []string
+		)
+		err := s.client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			addrs = append(addrs, c.Options().Addr)
+			mu.Unlock()
 			return c.Ping(ctx).Err()
 		})
+		if len(addrs) > 0 {
+			s.primaries.set(addrs)
+		}
+		return err
 	})
 }
 

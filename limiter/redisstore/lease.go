@@ -51,6 +51,7 @@ package redisstore
 //     caller, who got an error, releases nothing.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -282,6 +283,9 @@ type leases struct {
 	cfg    *config
 	client redis.UniversalClient
 	slot   func(key string) uint16
+	// send runs script calls of leaseScript in one pipeline, each
+	// server's ended by WAIT when wait is not nil (evalPipelined).
+	send func(ctx context.Context, runs []scriptRun, wait *replicaWait) ([]*redis.Cmd, error)
 }
 
 // oneSlot is the slot of every key on a single node.
@@ -292,12 +296,18 @@ func oneSlot(string) uint16 { return 0 }
 func (l *leases) recordKey(id string) string { return l.cfg.prefix + "lease:" + id }
 
 // eval runs the script calls in one pipeline (one command on a single
-// node).
-func (l *leases) eval(ctx context.Context, runs []scriptRun) []*redis.Cmd {
+// node). With hold, for calls that take or keep units, it waits for the
+// replicas Options.WaitReplicas asks for and says whether they
+// acknowledged (failover.go).
+func (l *leases) eval(ctx context.Context, runs []scriptRun, hold bool) ([]*redis.Cmd, error) {
 	if len(runs) == 0 {
-		return nil
+		return nil, nil
 	}
-	return evalPipelined(ctx, l.client, leaseScript, redis.NewCmd, runs, nil)
+	var wait *replicaWait
+	if hold {
+		wait = l.cfg.wait
+	}
+	return l.send(ctx, runs, wait)
 }
 
 // Acquire implements limiter.LeaseStore, as the top of this file
@@ -341,13 +351,18 @@ func (l *leases) acquireIn(ctx context.Context, nowUS int64, rec *limiter.LeaseR
 		}
 		runs[i] = r
 	}
-	cmds := l.eval(ctx, runs)
+	cmds, unreplicated := l.eval(ctx, runs, true)
 	errs := make([]error, len(groups))
 	// undo marks the groups that may hold the lease's units.
 	undo := make([]bool, len(groups))
 	denied := false
 	for i, pos := range groups {
 		acquired, err := readAcquire(cmds[i], nowUS, rec.Expires, batch, pos)
+		if acquired && err == nil {
+			// Units the replicas may not have: not acquired, as far
+			// as the caller knows (failover.go).
+			err = unreplicated
+		}
 		errs[i], undo[i] = err, acquired || err != nil
 		denied = denied || !acquired && err == nil
 	}
@@ -419,7 +434,11 @@ func (l *leases) writeRecord(ctx context.Context, rec *limiter.LeaseRecord) erro
 	for i, k := range rec.Keys {
 		r.args = append(r.args, l.cfg.prefix+k, rec.Costs[i])
 	}
-	return l.eval(ctx, []scriptRun{r})[0].Err()
+	cmds, unreplicated := l.eval(ctx, []scriptRun{r}, true)
+	if err := cmds[0].Err(); err != nil {
+		return err
+	}
+	return unreplicated
 }
 
 // undo removes lease rec from the buckets of the groups marked in undo,
@@ -440,8 +459,11 @@ func (l *leases) undo(ctx context.Context, rec *limiter.LeaseRecord, keys []stri
 	if record {
 		runs = append(runs, scriptRun{keys: []string{l.recordKey(rec.ID)}, args: []any{"release", 0, l.cfg.marginArg, rec.ID, 1, 0}})
 	}
+	// Forgetting an undo only holds units until the lease expires: it
+	// waits for no replica.
+	cmds, _ := l.eval(ctx, runs, false)
 	errs := make([]error, 0, len(runs))
-	for _, cmd := range l.eval(ctx, runs) {
+	for _, cmd := range cmds {
 		errs = append(errs, cmd.Err())
 	}
 	return slotErrors(errs)
@@ -467,7 +489,8 @@ func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseB
 			}
 		}
 		errs := make([]error, len(groups))
-		for i, cmd := range l.eval(ctx, runs) {
+		cmds, _ := l.eval(ctx, runs, false)
+		for i, cmd := range cmds {
 			reply, err := cmd.Int64Slice()
 			if err == nil && len(reply) != 3*len(groups[i]) {
 				err = fmt.Errorf("the lease script answered %d values for %d buckets", len(reply), len(groups[i]))
@@ -599,16 +622,25 @@ func (l *leases) change(ctx context.Context, op string, nowUS int64, rec limiter
 		}
 		runs[i] = r
 	}
-	reply, err := l.eval(ctx, runs[:1])[0].Int64Slice()
+	// A renewal keeps units, which a failover must not forget; a release
+	// forgotten only holds them until the lease expires.
+	renew := op == "renew"
+	first, unreplicated := l.eval(ctx, runs[:1], renew)
+	reply, err := first[0].Int64Slice()
 	if err == nil && len(reply) != 2 {
 		err = fmt.Errorf("the lease script answered %d values, not 2", len(reply))
 	}
 	if err != nil || reply[0] == 0 {
 		return false, 0, err
 	}
+	rest, restUnreplicated := l.eval(ctx, runs[1:], renew)
 	errs := make([]error, 0, len(runs)-1)
-	for _, cmd := range l.eval(ctx, runs[1:]) {
+	for _, cmd := range rest {
 		errs = append(errs, cmd.Err())
 	}
-	return true, reply[1], slotErrors(errs)
+	err = slotErrors(errs)
+	if err == nil {
+		err = cmp.Or(unreplicated, restUnreplicated)
+	}
+	return true, reply[1], err
 }

@@ -27,14 +27,20 @@ type Node struct {
 var _ limiter.Store = (*Node)(nil)
 
 // NewNode returns a Node on client, a *redis.Client or a failover client;
-// New says what it needs of it.
+// New says what it needs of it. It adds a hook to the client that sees the
+// address of every connection it opens (Topology).
 func NewNode(client redis.UniversalClient, opts Options) *Node {
 	contextTimeouts := true
 	if c, ok := client.(*redis.Client); ok {
 		contextTimeouts = c.Options().ContextTimeoutEnabled
 	}
-	s := &Node{config: newConfig(opts, contextTimeouts), client: client, queue: &queue{client: client}}
-	s.leases = leases{cfg: &s.config, client: client, slot: oneSlot}
+	s := &Node{config: newConfig(opts, contextTimeouts), client: client}
+	s.queue = &queue{client: client, wait: s.wait}
+	client.AddHook(dialHook{s.primaries})
+	s.leases = leases{cfg: &s.config, client: client, slot: oneSlot,
+		send: func(ctx context.Context, runs []scriptRun, wait *replicaWait) ([]*redis.Cmd, error) {
+			return evalPipelined(ctx, client, leaseScript, redis.NewCmd, runs, nil, wait)
+		}}
 	s.calls.New = func() any { return &scriptCall{parts: make([]part, 1), done: make(chan struct{}, 1)} }
 	return s
 }
@@ -55,13 +61,13 @@ func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []
 	}
 	var commit bool
 	if err == nil {
-		commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch)
+		commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch, pt.unreplicated)
 	}
 	if mine {
 		// The call keeps its buffers and timer, not what they point to.
 		clear(pt.run.keys)
 		clear(pt.run.args)
-		c.ctx, c.err, pt.reply, pt.err = nil, nil, nil, nil
+		c.ctx, c.err, pt.reply, pt.err, pt.unreplicated = nil, nil, nil, nil, nil
 		s.calls.Put(c)
 	}
 	return commit, named(op.String(), err)

@@ -50,6 +50,9 @@ type part struct {
 	// (decide reads them), or the error of its script call.
 	reply []int64
 	err   error
+	// unreplicated is set by the queue when the replicas did not
+	// acknowledge the writes of the part's round trip (decide).
+	unreplicated error
 }
 
 // scriptCall is one decision's batch: one part on a single node, one per
@@ -137,6 +140,11 @@ func (c *scriptCall) stopExpiry() {
 // sending them together.
 type queue struct {
 	client redis.UniversalClient
+	// wait, when not nil, ends each round trip with WAIT (failover.go).
+	wait *replicaWait
+	// key is the first key a Cluster's queue of a master sent: its slot
+	// tells whether another master has taken that one's place.
+	key string
 
 	mu      sync.Mutex
 	pending []*scriptCall
@@ -271,10 +279,11 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		return
 	}
 	buf.join()
-	buf.cmds = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds)
+	var unreplicated error
+	buf.cmds, unreplicated = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds, p.wait)
 	from := 0
 	for i, cmd := range buf.cmds {
-		split(cmd, buf.parts[from:buf.ends[i]])
+		split(cmd, buf.parts[from:buf.ends[i]], unreplicated)
 		from = buf.ends[i]
 	}
 	for _, c := range buf.sent {
@@ -319,8 +328,9 @@ func (buf *roundTrip) join() {
 }
 
 // split hands each part of a script call its share of the reply: its
-// status and one TAT per key, in order.
-func split(cmd *redis.IntSliceCmd, parts []*part) {
+// status and one TAT per key, in order, and unreplicated, the round
+// trip's.
+func split(cmd *redis.IntSliceCmd, parts []*part, unreplicated error) {
 	reply, err := cmd.Result()
 	if err == nil {
 		n := 0
@@ -332,6 +342,7 @@ func split(cmd *redis.IntSliceCmd, parts []*part) {
 		}
 	}
 	for _, pt := range parts {
+		pt.unreplicated = unreplicated
 		if err != nil {
 			pt.reply, pt.err = nil, err
 			continue

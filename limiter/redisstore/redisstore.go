@@ -22,11 +22,18 @@
 // refunded, and until then concurrent requests on those buckets may be
 // denied spuriously. cluster.go states the details. A Prefix with a hash
 // tag keeps every batch in one slot, and atomic.
+//
+// Replication is asynchronous: a failover that promotes a replica forgets
+// the writes the replica had not received, and with them decisions already
+// answered. Options.WaitReplicas makes the writes that take tokens wait for
+// the replicas' acknowledgement (failover.go), and a store tells where its
+// writes go and when that changed (Topology).
 package redisstore
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,6 +51,11 @@ const (
 	// Options leaves ExpiryMargin zero; it covers the clock skew between
 	// replicas, which compute TATs, and Redis, which expires keys.
 	DefaultExpiryMargin = time.Second
+	// DefaultWaitTimeout bounds the wait for the replicas when Options
+	// asks for one and leaves WaitTimeout zero: a replica in the same
+	// region acknowledges within milliseconds, so one that takes longer is
+	// behind or gone.
+	DefaultWaitTimeout = 50 * time.Millisecond
 )
 
 // Options configure a store.
@@ -60,6 +72,27 @@ type Options struct {
 	// ExpiryMargin is how long after its bucket is full again a key
 	// expires. DefaultExpiryMargin when zero or negative.
 	ExpiryMargin time.Duration
+	// WaitReplicas, when above 0, makes every round trip whose writes
+	// take tokens or hold units (spends, settles that charge, acquires,
+	// renewals) wait until that many replicas have acknowledged them, so
+	// that a decision answered survives a failover; failover.go says what
+	// happens when they do not acknowledge in time. 0 waits for none: a
+	// failover may then forget the writes of the last replication lag.
+	WaitReplicas int
+	// WaitTimeout bounds that wait, in whole milliseconds (Redis's WAIT);
+	// DefaultWaitTimeout when zero or negative. It should be well below
+	// Timeout, which bounds the whole call.
+	WaitTimeout time.Duration
+	// Logger receives the changes of primary; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Store is a limiter.Store on Redis that also tells where its writes go.
+type Store interface {
+	limiter.Store
+	// Topology reports the primaries the store writes to, and how often
+	// it has seen one replaced.
+	Topology() Topology
 }
 
 // New returns the store for client, typically made from ParseURL's
@@ -68,7 +101,7 @@ type Options struct {
 // does not apply context deadlines to the socket and Timeout could not
 // bound a call, so New panics on a client it can tell lacks it. Closing the
 // client is the caller's business.
-func New(client redis.UniversalClient, opts Options) limiter.Store {
+func New(client redis.UniversalClient, opts Options) Store {
 	if c, ok := client.(*redis.ClusterClient); ok {
 		return NewCluster(c, opts)
 	}
@@ -82,13 +115,18 @@ type config struct {
 	marginUS int64
 	// marginArg is marginUS as the script's argument, converted once.
 	marginArg any
+	// wait is nil unless Options.WaitReplicas asks for replicas.
+	wait *replicaWait
+	// primaries are those the store has seen its writes go to.
+	primaries *primaries
 }
 
 func newConfig(opts Options, contextTimeouts bool) config {
 	if !contextTimeouts {
 		panic("redisstore: the Redis client needs ContextTimeoutEnabled, or Options.Timeout cannot bound a call")
 	}
-	c := config{prefix: opts.Prefix, timeout: opts.Timeout, marginUS: opts.ExpiryMargin.Microseconds()}
+	c := config{prefix: opts.Prefix, timeout: opts.Timeout, marginUS: opts.ExpiryMargin.Microseconds(),
+		primaries: &primaries{log: opts.Logger}}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -96,7 +134,22 @@ func newConfig(opts Options, contextTimeouts bool) config {
 		c.marginUS = DefaultExpiryMargin.Microseconds()
 	}
 	c.marginArg = c.marginUS
+	if c.primaries.log == nil {
+		c.primaries.log = slog.Default()
+	}
+	if opts.WaitReplicas > 0 {
+		c.wait = newReplicaWait(opts.WaitReplicas, opts.WaitTimeout)
+	}
 	return c
+}
+
+// Topology implements Store.
+func (c *config) Topology() Topology {
+	t := c.primaries.topology()
+	if c.wait != nil {
+		t.WaitReplicas = int(c.wait.replicas)
+	}
+	return t
 }
 
 // bounded runs f under the store's timeout and names the operation in its

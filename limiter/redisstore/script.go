@@ -248,7 +248,10 @@ func packBatch(b []byte, op limiter.Op, nowUS, marginUS int64, batch []limiter.B
 // decide records the TATs of a batch's part of the script's reply in
 // batch, whose keys are keys, and decides the batch with
 // limiter.StepBatch, which must agree with what the script did.
-func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []limiter.Bucket) (bool, error) {
+// unreplicated is the error of a round trip whose writes the replicas did
+// not acknowledge, nil otherwise: it fails a batch that took tokens
+// (failover.go).
+func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []limiter.Bucket, unreplicated error) (bool, error) {
 	if len(reply) != len(batch)+1 {
 		return false, fmt.Errorf("the script answered %d values for %d buckets", len(reply), len(batch))
 	}
@@ -266,7 +269,21 @@ func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []li
 	if commit != (reply[0] == 1) {
 		return false, fmt.Errorf("the script and limiter.StepBatch disagree on a %s: wrote %v, decided %v", op, reply[0] == 1, commit)
 	}
+	if unreplicated != nil && commit && took(batch) {
+		return false, unreplicated
+	}
 	return commit, nil
+}
+
+// took reports whether a batch written moved a TAT forward: it took
+// tokens, which a failover must not forget.
+func took(batch []limiter.Bucket) bool {
+	for i := range batch {
+		if batch[i].Next > batch[i].TAT {
+			return true
+		}
+	}
+	return false
 }
 
 // evalPipelined runs sc once per run, all in one pipeline of client, then
@@ -274,8 +291,12 @@ func decide(op limiter.Op, nowUS int64, reply []int64, keys []string, batch []li
 // whose server did not have it cached (a restart, a failover, SCRIPT
 // FLUSH) and so ran nothing. It appends the result of each run to
 // cmds[:0], in order, as a command that newCmd made: redis.NewIntSliceCmd
-// reads an array of integers without an interface per value.
-func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalClient, sc luaScript, newCmd func(context.Context, ...any) C, runs []scriptRun, cmds []C) []C {
+// reads an array of integers without an interface per value. With wait,
+// each pipeline ends with WAIT, and the error says whether the replicas
+// acknowledged every write of the runs (nil when they did, or without
+// wait); client must then send a pipeline on one connection, as a
+// *redis.Client does.
+func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalClient, sc luaScript, newCmd func(context.Context, ...any) C, runs []scriptRun, cmds []C, wait *replicaWait) ([]C, error) {
 	cmds = cmds[:0]
 	n := 0
 	for _, r := range runs {
@@ -283,7 +304,7 @@ func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalCli
 	}
 	// The arguments of every command, in one allocation.
 	args := make([]any, 0, n)
-	if c, ok := client.(*redis.Client); ok && len(runs) == 1 {
+	if c, ok := client.(*redis.Client); ok && len(runs) == 1 && wait == nil {
 		// A lone run on a single node costs less as a plain command.
 		cmd := evalCmd(ctx, newCmd, &args, "evalsha", sc.sha, runs[0])
 		_ = c.Process(ctx, cmd)
@@ -291,7 +312,7 @@ func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalCli
 			cmd = evalCmd(ctx, newCmd, &args, "eval", sc.src, runs[0])
 			_ = c.Process(ctx, cmd)
 		}
-		return append(cmds, cmd)
+		return append(cmds, cmd), nil
 	}
 	pipe := client.Pipeline()
 	for _, r := range runs {
@@ -299,7 +320,7 @@ func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalCli
 		_ = pipe.Process(ctx, cmd)
 		cmds = append(cmds, cmd)
 	}
-	_, _ = pipe.Exec(ctx)
+	unreplicated := waitIn(ctx, pipe, wait)
 	again := false
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
@@ -311,9 +332,26 @@ func evalPipelined[C redis.Cmder](ctx context.Context, client redis.UniversalCli
 		}
 	}
 	if again {
-		_, _ = pipe.Exec(ctx)
+		// The second pipeline may go on another connection: its own WAIT
+		// covers its writes.
+		if err := waitIn(ctx, pipe, wait); unreplicated == nil {
+			unreplicated = err
+		}
 	}
-	return cmds
+	return cmds, unreplicated
+}
+
+// waitIn sends pipe, ended by WAIT unless wait is nil, and returns
+// whether the replicas acknowledged the pipeline's writes.
+func waitIn(ctx context.Context, pipe redis.Pipeliner, wait *replicaWait) error {
+	if wait == nil {
+		_, _ = pipe.Exec(ctx)
+		return nil
+	}
+	cmd := wait.cmd(ctx)
+	_ = pipe.Process(ctx, cmd)
+	_, _ = pipe.Exec(ctx)
+	return wait.check(cmd)
 }
 
 // evalCmd returns the command that runs r by name (EVAL or EVALSHA) with
