@@ -51,6 +51,7 @@ type envOptions struct {
 	noSync, silent bool
 	failOpen       bool
 	store          limiter.Store
+	topology       func() api.StoreTopology
 	web            fs.FS
 }
 
@@ -65,6 +66,11 @@ func failOpen() envOption { return func(o *envOptions) { o.failOpen = true } }
 
 // withStore replaces the in-process store.
 func withStore(s limiter.Store) envOption { return func(o *envOptions) { o.store = s } }
+
+// withTopology has /v1/status report the store's primaries from f.
+func withTopology(f func() api.StoreTopology) envOption {
+	return func(o *envOptions) { o.topology = f }
+}
 
 // noSync answers writes without waiting for the snapshot to hold them, so
 // that only the database's notifications bring changes to decisions.
@@ -135,7 +141,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
 		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
-		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
+		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, StoreTopology: o.topology, Logger: log, Web: o.web,
 	})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log, Now: c.Now})
 	hs := httptest.NewServer(buckets.Beside(srv))

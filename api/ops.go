@@ -24,10 +24,21 @@ type healthResponse struct {
 
 // statusResponse is the answer of GET /v1/status.
 type statusResponse struct {
-	Snapshot snapshotStatus `json:"snapshot"`
-	Store    string         `json:"store"`
-	Database string         `json:"database"`
-	FailMode string         `json:"fail_mode"`
+	Snapshot    snapshotStatus `json:"snapshot"`
+	Store       string         `json:"store"`
+	StoreHealth storeHealth    `json:"store_health"`
+	Database    string         `json:"database"`
+	FailMode    string         `json:"fail_mode"`
+}
+
+// storeHealth is whether the bucket store answers now and what it knows of
+// its primaries, so that a failover shows where the decisions are kept.
+type storeHealth struct {
+	Available        bool       `json:"available"`
+	Primaries        []string   `json:"primaries"`
+	PrimaryChanges   int64      `json:"primary_changes"`
+	PrimaryChangedAt *time.Time `json:"primary_changed_at"`
+	WaitReplicas     int        `json:"wait_replicas"`
 }
 
 type snapshotStatus struct {
@@ -74,8 +85,13 @@ func (s *Server) Ready(ctx context.Context) error {
 	return nil
 }
 
-// status describes the snapshot in use and what backs the service.
+// status describes the snapshot in use and what backs the service. It
+// pings the store as /readyz does, and then reports its primaries, which
+// the ping may have just found.
 func (s *Server) status(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
+	available := s.cfg.Limiter.Ping(ctx) == nil
+	cancel()
 	st := s.cfg.Status()
 	out := statusResponse{
 		Snapshot: snapshotStatus{
@@ -83,6 +99,17 @@ func (s *Server) status(c echo.Context) error {
 			InStep: st.Err == nil,
 		},
 		Store: s.cfg.StoreName, Database: s.cfg.DatabaseName, FailMode: "closed",
+		StoreHealth: storeHealth{Available: available, Primaries: []string{}},
+	}
+	if s.cfg.StoreTopology != nil {
+		topo := s.cfg.StoreTopology()
+		h := &out.StoreHealth
+		h.Primaries = append(h.Primaries, topo.Primaries...)
+		h.PrimaryChanges, h.WaitReplicas = topo.PrimaryChanges, topo.WaitReplicas
+		if !topo.PrimaryChangedAt.IsZero() {
+			at := topo.PrimaryChangedAt.UTC()
+			h.PrimaryChangedAt = &at
+		}
 	}
 	if s.cfg.FailOpen {
 		out.FailMode = "open"

@@ -7,14 +7,20 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitd/ratelimitd"
+	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 	"github.com/ratelimitd/ratelimitd/limiter/storetest"
 	"github.com/ratelimitd/ratelimitd/web"
 )
@@ -54,7 +60,8 @@ func TestStatus(t *testing.T) {
 			InStep    bool    `json:"in_step"`
 		} `json:"snapshot"`
 		Store, Database string
-		FailMode        string `json:"fail_mode"`
+		FailMode        string      `json:"fail_mode"`
+		StoreHealth     storeHealth `json:"store_health"`
 	}
 	e.do("GET", "/v1/status", e.token("d", auth.Decide), nil).expect(t, http.StatusOK).json(t, &st)
 	s := st.Snapshot
@@ -63,6 +70,57 @@ func TestStatus(t *testing.T) {
 	}
 	if st.Store != "memory" || st.Database != "sqlite" || st.FailMode != "closed" {
 		t.Errorf("status %+v", st)
+	}
+	if h := st.StoreHealth; !h.Available || h.Primaries == nil || len(h.Primaries) != 0 || h.PrimaryChanges != 0 || h.PrimaryChangedAt != nil || h.WaitReplicas != 0 {
+		t.Errorf("the in-process store's health: %+v", h)
+	}
+}
+
+// storeHealth is the store_health of /v1/status.
+type storeHealth struct {
+	Available        bool
+	Primaries        []string
+	PrimaryChanges   int64      `json:"primary_changes"`
+	PrimaryChangedAt *time.Time `json:"primary_changed_at"`
+	WaitReplicas     int        `json:"wait_replicas"`
+}
+
+// TestStatusStoreHealth: /v1/status pings a Redis store for each request,
+// as /readyz does, and reports its topology as the store tells it.
+func TestStatusStoreHealth(t *testing.T) {
+	rs := testenv.RedisServer(t)
+	opts, err := redisstore.ParseURL("redis://" + rs.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewUniversalClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	store := redisstore.New(c, redisstore.Options{Prefix: testenv.RandomName("rltest:") + ":", WaitReplicas: 2})
+	changed := time.Date(2026, 11, 27, 10, 0, 0, 0, time.FixedZone("CET", 3600))
+	e := newEnv(t, withStore(store), withTopology(func() api.StoreTopology {
+		topo := store.Topology()
+		// A change as a failover would record it.
+		return api.StoreTopology{Primaries: topo.Primaries, PrimaryChanges: 1, PrimaryChangedAt: changed, WaitReplicas: topo.WaitReplicas}
+	}))
+	health := func() storeHealth {
+		var st struct {
+			StoreHealth storeHealth `json:"store_health"`
+		}
+		e.do("GET", "/v1/status", e.admin, nil).expect(t, http.StatusOK).json(t, &st)
+		return st.StoreHealth
+	}
+	h := health()
+	if !h.Available || !slices.Equal(h.Primaries, []string{rs.Addr()}) || h.PrimaryChanges != 1 || h.WaitReplicas != 2 ||
+		h.PrimaryChangedAt == nil || !h.PrimaryChangedAt.Equal(changed) || h.PrimaryChangedAt.Location() != time.UTC {
+		t.Errorf("a Redis store that answers: %+v", h)
+	}
+	rs.Stop()
+	if h := health(); h.Available {
+		t.Errorf("a Redis store that is down: %+v", h)
+	}
+	rs.Start()
+	if h := health(); !h.Available {
+		t.Errorf("a Redis store back: %+v", h)
 	}
 }
 

@@ -85,6 +85,9 @@ type Config struct {
 	DatabaseName string
 	// FailOpen is the store failure policy, reported by /v1/status.
 	FailOpen bool
+	// StoreTopology reports the store's primaries for /v1/status; nil for
+	// a store without any (the in-process one).
+	StoreTopology func() StoreTopology
 	// Logger receives server errors with their request ids;
 	// slog.Default() when nil.
 	Logger *slog.Logger
@@ -95,6 +98,21 @@ type Config struct {
 	// the span and what ends it with the answer's status; nil traces
 	// nothing.
 	Trace func(r *http.Request, route string) (*http.Request, func(status int))
+}
+
+// StoreTopology is what the bucket store knows of the primaries its
+// writes go to.
+type StoreTopology struct {
+	// Primaries are their host:port addresses.
+	Primaries []string
+	// PrimaryChanges counts the times the store saw a primary replaced
+	// since the process started, the last at PrimaryChangedAt (zero
+	// before any).
+	PrimaryChanges   int64
+	PrimaryChangedAt time.Time
+	// WaitReplicas is how many replicas acknowledge each write that takes
+	// before it is answered; 0 when none do.
+	WaitReplicas int
 }
 
 // Observer gives requests their ids, one sequence for the whole service,

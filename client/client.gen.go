@@ -1027,6 +1027,24 @@ type Status struct {
 		Version int64 `json:"version"`
 	} `json:"snapshot"`
 	Store StatusStore `json:"store"`
+
+	// StoreHealth The bucket store as this replica of the service sees it. A failover of Redis shows here: `available` is false while no primary answers, then `primaries` names the promoted replica and `primary_changes` counts one more.
+	StoreHealth struct {
+		// Available Whether the store answered a ping made for this request, as `/readyz` asks it (within one second and `RATELIMIT_REDIS_TIMEOUT`). Always true for the in-process store.
+		Available bool `json:"available"`
+
+		// Primaries `host:port` of the Redis primaries this replica writes to: the primary of a single node or of a Sentinel set, as last connected to; every master of a Cluster, as the ping found them. Empty for the in-process store and before the first connection.
+		Primaries []string `json:"primaries"`
+
+		// PrimaryChangedAt When the store saw the last of those changes; null before any.
+		PrimaryChangedAt *time.Time `json:"primary_changed_at"`
+
+		// PrimaryChanges Times since this process started that the store saw a primary replaced by another (a Sentinel failover, a Cluster replica promoted in its master's place); also `ratelimitd_store_primary_changes_total`.
+		PrimaryChanges int64 `json:"primary_changes"`
+
+		// WaitReplicas `RATELIMIT_REDIS_WAIT_REPLICAS`: how many replicas acknowledge each write that takes tokens or holds units before its decision is answered. With 0, a failover may forget the decisions of the last replication lag.
+		WaitReplicas int `json:"wait_replicas"`
+	} `json:"store_health"`
 }
 
 // StatusDatabase defines model for Status.Database.
@@ -1858,6 +1876,8 @@ type ClientInterface interface {
 	Spend(ctx context.Context, body SpendJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Status The snapshot in use and what backs the service.
+	//
+	// The store is pinged for each request, as `/readyz` does; the rest is as last recorded.
 	//
 	// Corresponds with GET /v1/status (the `Status` operationId).
 	Status(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2940,6 +2960,8 @@ func (c *Client) Spend(ctx context.Context, body SpendJSONRequestBody, reqEditor
 }
 
 // Status The snapshot in use and what backs the service.
+//
+// The store is pinged for each request, as `/readyz` does; the rest is as last recorded.
 //
 // Corresponds with GET /v1/status (the `Status` operationId).
 func (c *Client) Status(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5224,6 +5246,8 @@ type ClientWithResponsesInterface interface {
 	SpendWithResponse(ctx context.Context, body SpendJSONRequestBody, reqEditors ...RequestEditorFn) (*SpendResponse, error)
 
 	// StatusWithResponse The snapshot in use and what backs the service.
+	//
+	// The store is pinged for each request, as `/readyz` does; the rest is as last recorded.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9498,6 +9522,8 @@ func (c *ClientWithResponses) SpendWithResponse(ctx context.Context, body SpendJ
 }
 
 // StatusWithResponse The snapshot in use and what backs the service.
+//
+// The store is pinged for each request, as `/readyz` does; the rest is as last recorded.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -414,7 +414,10 @@ func (l *Limiter) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	})
 	var verr *ValidationError
 	switch {
-	case errors.As(err, &verr), errors.Is(err, ErrLeaseNotFound):
+	case errors.Is(err, ErrLeaseNotFound):
+		l.renewalsNotFound.Add(1)
+		return Lease{}, err
+	case errors.As(err, &verr):
 		return Lease{}, err
 	case err != nil:
 		l.leaseFailed(err)

@@ -78,6 +78,11 @@ func TestLeaseStory(t *testing.T) {
 	if _, err := f.l.Renew(ctx, second.Lease.ID, 0); !errors.Is(err, limiter.ErrLeaseNotFound) {
 		t.Fatalf("renew of an expired lease: %v", err)
 	}
+	// Both renewals of a lease the store did not hold are counted: that is
+	// where a lease a failover forgot shows.
+	if n := f.l.Stats().RenewalsNotFound; n != 2 {
+		t.Errorf("RenewalsNotFound = %d, want 2", n)
+	}
 }
 
 // TestLeaseCheckDeniesTheBatch: a check that a full concurrency bucket

@@ -109,6 +109,9 @@ type Config struct {
 type Stats struct {
 	StoreErrors    uint64
 	DeniedCacheHit uint64
+	// RenewalsNotFound counts renewals of leases the store did not hold:
+	// expired or released, or forgotten by a failover of the store.
+	RenewalsNotFound uint64
 }
 
 // Limiter answers batches of decisions from the current snapshot and the
@@ -126,8 +129,9 @@ type Limiter struct {
 	denied       *deniedCache
 	scratch      sync.Pool
 
-	storeDown   atomic.Bool
-	storeErrors atomic.Uint64
+	storeDown        atomic.Bool
+	storeErrors      atomic.Uint64
+	renewalsNotFound atomic.Uint64
 }
 
 // New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot
@@ -163,7 +167,7 @@ func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
 
 // Stats returns the counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{StoreErrors: l.storeErrors.Load()}
+	s := Stats{StoreErrors: l.storeErrors.Load(), RenewalsNotFound: l.renewalsNotFound.Load()}
 	if l.denied != nil {
 		s.DeniedCacheHit = l.denied.hits.Load()
 	}

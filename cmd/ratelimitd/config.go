@@ -54,6 +54,8 @@ var settings = []setting{
 	{env: "RATELIMIT_REDIS_URL", flag: "redis-url", def: "", usage: "redis://, redis+cluster:// or redis+sentinel:// URL; empty selects the in-process store", secret: secretURL},
 	{env: "RATELIMIT_REDIS_PREFIX", flag: "redis-prefix", def: "rl:", usage: "prefix of every Redis key"},
 	{env: "RATELIMIT_REDIS_TIMEOUT", flag: "redis-timeout", def: "250ms", usage: "bound on every Redis call"},
+	{env: "RATELIMIT_REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", def: "0", usage: "replicas that must acknowledge each write that takes tokens or holds units before it is answered (Redis WAIT), so that a failover cannot forget it; 0 waits for none"},
+	{env: "RATELIMIT_REDIS_WAIT_TIMEOUT", flag: "redis-wait-timeout", def: "50ms", usage: "how long such a write waits for the replicas before the fail mode answers it; below RATELIMIT_REDIS_TIMEOUT"},
 	{env: "RATELIMIT_BOOTSTRAP_TOKEN", flag: "bootstrap-token", def: "", usage: "a secret accepted as an admin token", secret: secretValue},
 	{env: "RATELIMIT_SYNC_INTERVAL", flag: "sync-interval", def: "30s", usage: "period of the loader's full reload"},
 	{env: "RATELIMIT_FAIL_MODE", flag: "fail-mode", def: "open", usage: "when the store fails: open (allow, degraded) or closed (503)"},
@@ -86,6 +88,12 @@ type config struct {
 	Migrate         bool
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
+
+	// RedisWaitReplicas and RedisWaitTimeout are redisstore's
+	// WaitReplicas and WaitTimeout.
+	RedisWaitReplicas int
+	RedisWaitTimeout  time.Duration
+
 	// GRPCAddr is empty when the gRPC listener is off.
 	GRPCAddr string
 	// GRPCAuth is false for RATELIMIT_GRPC_AUTH=none.
@@ -152,6 +160,19 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	duration("RATELIMIT_REDIS_TIMEOUT", &c.RedisTimeout)
 	duration("RATELIMIT_SYNC_INTERVAL", &c.SyncInterval)
 	duration("RATELIMIT_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	duration("RATELIMIT_REDIS_WAIT_TIMEOUT", &c.RedisWaitTimeout)
+	if n, err := strconv.Atoi(raw["RATELIMIT_REDIS_WAIT_REPLICAS"]); err != nil || n < 0 {
+		bad("RATELIMIT_REDIS_WAIT_REPLICAS", "want a whole number >= 0, got %q", raw["RATELIMIT_REDIS_WAIT_REPLICAS"])
+	} else if c.RedisWaitReplicas = n; n > 0 {
+		switch {
+		case c.RedisURL == "":
+			bad("RATELIMIT_REDIS_WAIT_REPLICAS", "needs RATELIMIT_REDIS_URL: the in-process store has no replicas")
+		case c.RedisWaitTimeout > 0 && c.RedisWaitTimeout%time.Millisecond != 0:
+			bad("RATELIMIT_REDIS_WAIT_TIMEOUT", "want whole milliseconds (Redis's WAIT takes them), got %q", raw["RATELIMIT_REDIS_WAIT_TIMEOUT"])
+		case c.RedisWaitTimeout >= c.RedisTimeout && c.RedisTimeout > 0:
+			bad("RATELIMIT_REDIS_WAIT_TIMEOUT", "want less than RATELIMIT_REDIS_TIMEOUT (%v), which bounds the whole call, got %q", c.RedisTimeout, raw["RATELIMIT_REDIS_WAIT_TIMEOUT"])
+		}
+	}
 	switch raw["RATELIMIT_FAIL_MODE"] {
 	case "open":
 		c.FailOpen = true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -328,6 +329,40 @@ func TestConfigErrorsNameEveryBadValue(t *testing.T) {
 		"RATELIMIT_DENIED_CACHE_SIZE", "RATELIMIT_LOG_LEVEL", "RATELIMIT_FAIL_MODE"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("the error does not name %s:\n%v", name, err)
+		}
+	}
+}
+
+// TestWaitReplicasConfig: the replicas are a whole number, only with a
+// Redis URL, and their wait whole milliseconds shorter than the bound on
+// the whole call.
+func TestWaitReplicasConfig(t *testing.T) {
+	load := func(env map[string]string) (*config, error) {
+		c, _, err := loadConfig(flag.NewFlagSet("serve", flag.ContinueOnError), nil, getenv(env))
+		return c, err
+	}
+	c, err := load(map[string]string{"RATELIMIT_REDIS_URL": "redis://r:6379", "RATELIMIT_REDIS_WAIT_REPLICAS": "2", "RATELIMIT_REDIS_WAIT_TIMEOUT": "20ms"})
+	if err != nil || c.RedisWaitReplicas != 2 || c.RedisWaitTimeout != 20*time.Millisecond {
+		t.Fatalf("2 replicas within 20ms: %+v %v", c, err)
+	}
+	if c, err := load(nil); err != nil || c.RedisWaitReplicas != 0 || c.RedisWaitTimeout != 50*time.Millisecond {
+		t.Fatalf("the defaults: %+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"RATELIMIT_REDIS_URL": "redis://r:6379", "RATELIMIT_REDIS_WAIT_REPLICAS": "-1"}, "RATELIMIT_REDIS_WAIT_REPLICAS: want a whole number"},
+		{map[string]string{"RATELIMIT_REDIS_URL": "redis://r:6379", "RATELIMIT_REDIS_WAIT_REPLICAS": "one"}, "RATELIMIT_REDIS_WAIT_REPLICAS: want a whole number"},
+		{map[string]string{"RATELIMIT_REDIS_WAIT_REPLICAS": "1"}, "RATELIMIT_REDIS_WAIT_REPLICAS: needs RATELIMIT_REDIS_URL"},
+		{map[string]string{"RATELIMIT_REDIS_URL": "redis://r:6379", "RATELIMIT_REDIS_WAIT_REPLICAS": "1", "RATELIMIT_REDIS_WAIT_TIMEOUT": "250ms"},
+			"RATELIMIT_REDIS_WAIT_TIMEOUT: want less than RATELIMIT_REDIS_TIMEOUT"},
+		{map[string]string{"RATELIMIT_REDIS_URL": "redis://r:6379", "RATELIMIT_REDIS_WAIT_REPLICAS": "1", "RATELIMIT_REDIS_WAIT_TIMEOUT": "1500us"},
+			"RATELIMIT_REDIS_WAIT_TIMEOUT: want whole milliseconds"},
+		{map[string]string{"RATELIMIT_REDIS_WAIT_TIMEOUT": "0s"}, "RATELIMIT_REDIS_WAIT_TIMEOUT: want a positive duration"},
+	} {
+		if _, err := load(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.env, err, tc.want)
 		}
 	}
 }

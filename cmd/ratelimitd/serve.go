@@ -75,8 +75,19 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	}
 	defer d.Close()
 
-	store, storeName, closeStore := openStore(cfg, now)
+	store, storeName, closeStore := openStore(cfg, now, log)
 	defer closeStore()
+	// What the Redis store knows of its primaries, for /v1/status and the
+	// metrics; nothing for the in-process store.
+	var topology func() api.StoreTopology
+	var primaryChanges func() int64
+	if rs, ok := store.(redisstore.Store); ok {
+		topology = func() api.StoreTopology {
+			t := rs.Topology()
+			return api.StoreTopology{Primaries: t.Primaries, PrimaryChanges: t.Changes, PrimaryChangedAt: t.ChangedAt, WaitReplicas: t.WaitReplicas}
+		}
+		primaryChanges = func() int64 { return rs.Topology().Changes }
+	}
 
 	// Telemetry reads the limiter's counters, and the limiter reports its
 	// store calls and leases to telemetry: the hooks reach tel, made
@@ -93,13 +104,13 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		}
 	}
 
-	tel = telemetry.New(telemetry.Config{Registry: prometheus.NewRegistry(), Stats: lim.Stats, Status: ld.Status, Now: now})
+	tel = telemetry.New(telemetry.Config{Registry: prometheus.NewRegistry(), Stats: lim.Stats, Status: ld.Status, Now: now, PrimaryChanges: primaryChanges})
 	httpFront := tel.Front("http")
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
 		Observer: httpFront, Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
-		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
+		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, StoreTopology: topology, Logger: log, Now: now,
 		Trace: traces.HTTP,
 	})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Now: now, Trace: traces.HTTP})
@@ -219,14 +230,16 @@ func openDB(ctx context.Context, cfg *config, log *slog.Logger, migrate bool) (*
 
 // openStore returns the Redis store when a URL is configured, else the
 // in-process one, with its name and a function that releases it. The
-// in-process store sweeps full buckets by now.
-func openStore(cfg *config, now func() time.Time) (limiter.Store, string, func()) {
+// in-process store sweeps full buckets by now; the Redis store logs its
+// changes of primary to log.
+func openStore(cfg *config, now func() time.Time, log *slog.Logger) (limiter.Store, string, func()) {
 	if cfg.Redis == nil {
 		s := memstore.New(memstore.Options{Now: now})
 		return s, "memory", s.Close
 	}
 	client := redis.NewUniversalClient(cfg.Redis)
-	s := redisstore.New(client, redisstore.Options{Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout})
+	s := redisstore.New(client, redisstore.Options{Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
+		WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout, Logger: log})
 	return s, "redis", func() { _ = client.Close() }
 }
 

@@ -57,6 +57,10 @@ type Config struct {
 	Status func() loader.Status
 	// Now reads the clock, for the snapshot's age; time.Now when nil.
 	Now func() time.Time
+	// PrimaryChanges reads how often the store has seen its primary
+	// replaced (redisstore's Topology); nil reports 0, as for a store
+	// without one.
+	PrimaryChanges func() int64
 }
 
 // Telemetry is the service's metrics and request ids. Labels never hold a
@@ -159,6 +163,9 @@ func New(cfg Config) *Telemetry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.PrimaryChanges == nil {
+		cfg.PrimaryChanges = func() int64 { return 0 }
+	}
 	started := cfg.Now()
 	reg := cfg.Registry
 	t := &Telemetry{
@@ -219,6 +226,16 @@ func New(cfg Config) *Telemetry {
 		Name: "ratelimitd_store_errors_total",
 		Help: "Calls to the bucket store that failed.",
 	}, func() float64 { return float64(cfg.Stats().StoreErrors) }))
+	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ratelimitd_store_primary_changes_total",
+		Help: "Times the Redis store saw its primary replaced by another (a Sentinel failover, a Cluster replica promoted), " +
+			"each also logged; a failover may forget the writes of the last replication lag unless RATELIMIT_REDIS_WAIT_REPLICAS is set.",
+	}, func() float64 { return float64(cfg.PrimaryChanges()) }))
+	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ratelimitd_lease_renewals_not_found_total",
+		Help: "Renewals of leases the store did not hold (answered 404): expired or released before the renewal, " +
+			"or forgotten by a failover of the store.",
+	}, func() float64 { return float64(cfg.Stats().RenewalsNotFound) }))
 	register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ratelimitd_denied_cache_hits_total",
 		Help: "Denials answered from the local cache of empty buckets, without the store.",

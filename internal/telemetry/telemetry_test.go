@@ -104,6 +104,17 @@ func TestSnapshotGauges(t *testing.T) {
 	)
 }
 
+// TestStoreFailoverCounters: the switches of primary and the renewals of
+// leases a store did not hold are read from their sources at each scrape;
+// a store without a primary reports none.
+func TestStoreFailoverCounters(t *testing.T) {
+	wantLines(t, scrape(t, New(Config{})), `ratelimitd_store_primary_changes_total 0`, `ratelimitd_lease_renewals_not_found_total 0`)
+	changes, stats := int64(0), limiter.Stats{}
+	tel := New(Config{PrimaryChanges: func() int64 { return changes }, Stats: func() limiter.Stats { return stats }})
+	changes, stats.RenewalsNotFound = 2, 5
+	wantLines(t, scrape(t, tel), `ratelimitd_store_primary_changes_total 2`, `ratelimitd_lease_renewals_not_found_total 5`)
+}
+
 func TestTwoTelemetriesShareARegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, b := New(Config{Registry: reg}), New(Config{Registry: reg})
