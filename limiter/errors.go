@@ -73,6 +73,12 @@ var (
 	ErrNoEnumLeft = &sentinel{"no enum is left", ErrInvalid}
 	// ErrPageToken is a page token that no listing gave.
 	ErrPageToken = &sentinel{"not a page token", ErrInvalid}
+
+	// ErrNotDurable is a write the store made but cannot vouch for: a
+	// failover of the store may forget it (a Redis primary whose replicas
+	// did not acknowledge it in time). The store is up; the fail mode
+	// answers the decision as for any store error.
+	ErrNotDurable = &sentinel{"written, but not known to survive a failover", ErrUnavailable}
 )
 
 // sentinel is a particular error of a kind.

@@ -251,7 +251,7 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 		// A check of concurrency buckets reads what they hold; it needs
 		// no atomicity with the rate buckets, as nothing is written.
 		if err := l.store.Held(ctx, now, sc.leases); err != nil {
-			l.leaseFailed(err)
+			l.storeFailing(err)
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 		LeaseStep(now.UnixMicro(), 0, sc.leases)
@@ -333,16 +333,25 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 		end(within(batch), err)
 	}
 	if err != nil {
-		l.storeErrors.Add(1)
-		if !l.storeDown.Swap(true) {
-			l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
-		}
+		l.storeFailing(err)
 		return err
 	}
 	if l.storeDown.Load() && l.storeDown.Swap(false) {
 		l.log.Info("store answers again")
 	}
 	return nil
+}
+
+// storeFailing counts a failed store call and logs the first of an
+// outage. A write the store made but could not vouch for (ErrNotDurable)
+// is no outage: the store answers, and it logs that episode itself; were
+// it counted here, the decisions it does answer in between would log the
+// outage's end and start again at the rate of requests.
+func (l *Limiter) storeFailing(err error) {
+	l.storeErrors.Add(1)
+	if !errors.Is(err, ErrNotDurable) && !l.storeDown.Swap(true) {
+		l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
+	}
 }
 
 // storeLimits names the limits of the decisions that went to the store,

@@ -1,12 +1,14 @@
 package limiter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,14 +23,22 @@ type countingStore struct {
 	limiter.Store
 	calls atomic.Int64
 	fail  atomic.Bool
+	// notDurable fails the calls with errNotDurable instead.
+	notDurable atomic.Bool
 }
 
-var errDown = errors.New("store down")
+var (
+	errDown       = errors.New("store down")
+	errNotDurable = fmt.Errorf("no replica acknowledged it: %w", limiter.ErrNotDurable)
+)
 
 func (s *countingStore) call() error {
 	s.calls.Add(1)
-	if s.fail.Load() {
+	switch {
+	case s.fail.Load():
 		return errDown
+	case s.notDurable.Load():
+		return errNotDurable
 	}
 	return nil
 }
@@ -207,6 +217,50 @@ func TestFailModes(t *testing.T) {
 				t.Fatalf("StoreErrors = %d, want 1", got)
 			}
 		})
+	}
+}
+
+// TestNotDurableIsNoOutage: a write the store could not vouch for is
+// answered by the fail mode and counted as a store error, but logged as
+// no outage: the store answers the decisions in between, and their
+// alternation must not log an outage's start and end at the rate of
+// requests.
+func TestNotDurableIsNoOutage(t *testing.T) {
+	var logs bytes.Buffer
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(ms.Close)
+	store := &countingStore{Store: ms}
+	l := limiter.New(limiter.Config{Store: store, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l.SetSnapshot(testSnapshot(t))
+	spend := func() error {
+		_, err := l.Decide(context.Background(), limiter.Spend, []limiter.Request{req("NewOrdersPerAccount", "1", 1)}, nil)
+		return err
+	}
+	for range 3 {
+		store.notDurable.Store(true)
+		if err := spend(); !errors.Is(err, limiter.ErrUnavailable) || !errors.Is(err, limiter.ErrNotDurable) {
+			t.Fatalf("a spend not known durable, fail mode closed: %v", err)
+		}
+		store.notDurable.Store(false)
+		if err := spend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.Stats().StoreErrors; got != 3 {
+		t.Errorf("StoreErrors = %d, want 3", got)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("the log: %s", logs.String())
+	}
+	// An outage is logged, once.
+	store.fail.Store(true)
+	for range 2 {
+		if err := spend(); !errors.Is(err, limiter.ErrUnavailable) {
+			t.Fatalf("a spend with the store down: %v", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "store unavailable"); n != 1 {
+		t.Errorf("%d lines of store unavailable in %s", n, logs.String())
 	}
 }
 

@@ -21,8 +21,12 @@ import (
 const (
 	// downAfter is how long a Sentinel, or a Cluster node, waits for a
 	// node's answer before it counts it down (Sentinel's
-	// down-after-milliseconds, cluster-node-timeout).
-	downAfter = time.Second
+	// down-after-milliseconds, cluster-node-timeout). Not one second: a
+	// Sentinel pings once a second, and with a second here the Sentinels
+	// that learnt of a failover from another judged the primary it had
+	// just promoted down before its first answer, and failed it over
+	// again (two runs in two; none in three at 2 s).
+	downAfter = 2 * time.Second
 	// sentinelFailoverTimeout is Sentinel's failover-timeout: how long a
 	// failover may take before another Sentinel may try it again.
 	sentinelFailoverTimeout = 3 * time.Second
@@ -41,7 +45,7 @@ type RedisSentinel struct {
 }
 
 // NewRedisSentinel starts a primary, two replicas of it and three
-// Sentinels (quorum 2, down after a second) on free loopback ports, their
+// Sentinels (quorum 2, down after two seconds) on free loopback ports, their
 // files in the test's temporary directory, and returns once the replicas
 // are in sync and every Sentinel knows them and the other Sentinels, so
 // that a failover can happen. Two replicas, as production runs them, so
@@ -160,7 +164,7 @@ type RedisReplicatedCluster struct {
 }
 
 // NewRedisReplicatedCluster starts a Cluster of three primaries and three
-// replicas (node timeout a second, and replicas that may always fail
+// replicas (node timeout two seconds, and replicas that may always fail
 // over) on free loopback ports, their files in the test's temporary
 // directory, and returns once every slot is served and every replica is
 // in sync. Everything is killed when the test ends, or when the test
@@ -205,17 +209,40 @@ func NewRedisReplicatedCluster(t testing.TB) *RedisReplicatedCluster {
 			t.Fatal(err)
 		}
 	}
-	// Which node replicates which, as the cluster says.
+	// Which node replicates which, once the cluster says it of every
+	// node: the replicas' roles reach the others by gossip.
 	c := redis.NewClient(&redis.Options{Addr: nodes[0].Addr(), ContextTimeoutEnabled: true})
 	defer c.Close()
-	shards, err := c.ClusterShards(ctx).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER SHARDS: %v", err)
-	}
 	byAddr := map[string]*RedisProcess{}
 	for _, n := range nodes {
 		byAddr[n.Addr()] = n
 	}
+	var rc *RedisReplicatedCluster
+	for rc == nil {
+		shards, err := c.ClusterShards(ctx).Result()
+		if err == nil {
+			rc = pairs(shards, byAddr)
+		}
+		if rc != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the new cluster does not show a replica beside each primary within %v: %v %+v", readyTimeout, err, shards)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for i, p := range rc.Primaries {
+		if err := waitReplica(ctx, p.Addr(), rc.Replicas[i].Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rc
+}
+
+// pairs returns the primaries and replicas of shards, nil unless every
+// shard is one of the nodes and its replica.
+func pairs(shards []redis.ClusterShard, byAddr map[string]*RedisProcess) *RedisReplicatedCluster {
 	rc := &RedisReplicatedCluster{}
 	for _, sh := range shards {
 		var primary, replica *RedisProcess
@@ -230,14 +257,12 @@ func NewRedisReplicatedCluster(t testing.TB) *RedisReplicatedCluster {
 			}
 		}
 		if primary == nil || replica == nil || len(sh.Nodes) != 2 {
-			t.Fatalf("a shard of the new cluster is not a primary and its replica: %+v", sh.Nodes)
+			return nil
 		}
 		rc.Primaries, rc.Replicas = append(rc.Primaries, primary), append(rc.Replicas, replica)
 	}
-	for i, p := range rc.Primaries {
-		if err := waitReplica(ctx, p.Addr(), rc.Replicas[i].Addr()); err != nil {
-			t.Fatal(err)
-		}
+	if len(rc.Primaries) != 3 {
+		return nil
 	}
 	return rc
 }

@@ -198,9 +198,17 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 // Options.WaitReplicas, the queue sends through that master's own client
 // (failover.go).
 func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
+	_, q, err := s.masterFor(ctx, key)
+	return q, err
+}
+
+// masterFor returns the client of the master that serves key's slot and
+// its queue, made when the store first writes there, which is when it
+// sees that master replace another (replacedBy).
+func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *queue, error) {
 	master, err := s.client.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	addr := master.Options().Addr
 	s.mu.Lock()
@@ -214,7 +222,7 @@ func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
 		}
 		s.queues[addr] = q
 	}
-	return q, nil
+	return master, q, nil
 }
 
 // replacedBy looks, when the store first writes to the master at addr,
@@ -246,30 +254,35 @@ func (s *Cluster) reloadIfStale(err error) {
 // once.
 func (s *Cluster) sendLeases(ctx context.Context, runs []scriptRun, wait *replicaWait) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(runs))
+	type master struct {
+		client *redis.Client
+		runs   []int
+		err    error
+	}
+	var masters []*master
+	for i, r := range runs {
+		// Found even when the Cluster's pipeline sends, so that a store
+		// busy with leases alone sees a master replaced too.
+		c, _, err := s.masterFor(ctx, r.keys[0])
+		if err != nil {
+			cmds[i] = redis.NewCmd(ctx)
+			cmds[i].SetErr(err)
+			continue
+		}
+		if wait == nil {
+			continue
+		}
+		j := slices.IndexFunc(masters, func(m *master) bool { return m.client == c })
+		if j < 0 {
+			j = len(masters)
+			masters = append(masters, &master{client: c})
+		}
+		masters[j].runs = append(masters[j].runs, i)
+	}
 	var unreplicated error
 	if wait == nil {
 		cmds, _ = evalPipelined(ctx, s.client, leaseScript, redis.NewCmd, runs, cmds, nil)
 	} else {
-		type master struct {
-			client *redis.Client
-			runs   []int
-			err    error
-		}
-		var masters []*master
-		for i, r := range runs {
-			c, err := s.client.MasterForKey(ctx, r.keys[0])
-			if err != nil {
-				cmds[i] = redis.NewCmd(ctx)
-				cmds[i].SetErr(err)
-				continue
-			}
-			j := slices.IndexFunc(masters, func(m *master) bool { return m.client == c })
-			if j < 0 {
-				j = len(masters)
-				masters = append(masters, &master{client: c})
-			}
-			masters[j].runs = append(masters[j].runs, i)
-		}
 		var wg sync.WaitGroup
 		for _, m := range masters {
 			wg.Go(func() {

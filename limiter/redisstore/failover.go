@@ -45,30 +45,36 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // ErrNotReplicated reports writes that the primary made but that the
 // replicas Options.WaitReplicas asks for did not acknowledge within
-// WaitTimeout: a failover may forget them.
-var ErrNotReplicated = errors.New("written on the primary, not acknowledged by its replicas in time")
+// WaitTimeout: a failover may forget them. It is a limiter.ErrNotDurable.
+var ErrNotReplicated = fmt.Errorf("%w: the replicas did not acknowledge it in time", limiter.ErrNotDurable)
 
-// replicaWait is what WAIT is sent with.
+// replicaWait is what WAIT is sent with, and whether the replicas were
+// late at the last WAIT.
 type replicaWait struct {
 	replicas  int64
 	timeoutMS int64
 	timeout   time.Duration
+	log       *slog.Logger
+	late      atomic.Bool
 }
 
-func newReplicaWait(replicas int, timeout time.Duration) *replicaWait {
+func newReplicaWait(replicas int, timeout time.Duration, log *slog.Logger) *replicaWait {
 	if timeout <= 0 {
 		timeout = DefaultWaitTimeout
 	}
 	// WAIT takes whole milliseconds, and 0 would wait for ever.
 	ms := max(timeout.Milliseconds(), 1)
-	return &replicaWait{replicas: int64(replicas), timeoutMS: ms, timeout: time.Duration(ms) * time.Millisecond}
+	return &replicaWait{replicas: int64(replicas), timeoutMS: ms, timeout: time.Duration(ms) * time.Millisecond, log: log}
 }
 
 // cmd returns the WAIT command that follows a round trip's scripts.
@@ -78,16 +84,27 @@ func (w *replicaWait) cmd(ctx context.Context) *redis.IntCmd {
 
 // check returns nil when cmd, a WAIT answered, says enough replicas
 // acknowledged the writes before it, else why not, wrapping
-// ErrNotReplicated.
+// ErrNotReplicated. It logs when the replicas start being late and when
+// they are in time again, once each: the limiter counts the decisions it
+// fails, but logs no outage for them (limiter.ErrNotDurable).
 func (w *replicaWait) check(cmd *redis.IntCmd) error {
 	n, err := cmd.Result()
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
+		err = fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
 	case n < w.replicas:
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, w.replicas, w.timeout)
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, w.replicas, w.timeout)
+	default:
+		if w.late.Load() && w.late.Swap(false) {
+			w.log.Info("the replicas acknowledge writes again", "replicas", w.replicas)
+		}
+		return nil
 	}
-	return nil
+	if !w.late.Swap(true) {
+		w.log.Warn("the replicas do not acknowledge writes in time: decisions that take are answered by the fail mode",
+			"err", err, "replicas", w.replicas, "timeout", w.timeout.String())
+	}
+	return err
 }
 
 // Topology is what a store knows of the primaries its writes go to.
@@ -97,9 +114,10 @@ type Topology struct {
 	// Ping found them. Empty before the store first reached one.
 	Primaries []string
 	// Changes counts the times since the store was made that it saw a
-	// primary replaced by another: a Sentinel's failover, a Cluster's
-	// replica promoted in its master's place. ChangedAt is when it saw the
-	// last, zero before any.
+	// primary replaced by another: a Sentinel's failover, at the first
+	// connection to the new primary; a Cluster's replica promoted in its
+	// master's place, at the first call the client's map of slots sends to
+	// it. ChangedAt is when it saw the last, zero before any.
 	Changes   int64
 	ChangedAt time.Time
 	// WaitReplicas is Options.WaitReplicas: the replicas that acknowledge

@@ -83,7 +83,8 @@ type Options struct {
 	// DefaultWaitTimeout when zero or negative. It should be well below
 	// Timeout, which bounds the whole call.
 	WaitTimeout time.Duration
-	// Logger receives the changes of primary; slog.Default() when nil.
+	// Logger receives the changes of primary, and the starts and ends of
+	// the replicas' lateness; slog.Default() when nil.
 	Logger *slog.Logger
 }
 
@@ -138,7 +139,7 @@ func newConfig(opts Options, contextTimeouts bool) config {
 		c.primaries.log = slog.Default()
 	}
 	if opts.WaitReplicas > 0 {
-		c.wait = newReplicaWait(opts.WaitReplicas, opts.WaitTimeout)
+		c.wait = newReplicaWait(opts.WaitReplicas, opts.WaitTimeout, c.primaries.log)
 	}
 	return c
 }
