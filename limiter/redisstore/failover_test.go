@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,18 +44,18 @@ func TestWaitReplicas(t *testing.T) {
 		t.Parallel()
 		primary := testenv.RedisServer(t)
 		replica := testenv.RedisReplica(t, primary)
-		testWaitReplicas(t, newClient(t, "redis://"+primary.Addr()), replica, false, testenv.RandomName("rltest:")+":")
+		testWaitReplicas(t, newClient(t, "redis://"+primary.Addr()), primary, replica, false, testenv.RandomName("rltest:")+":")
 	})
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		rc := testenv.NewRedisReplicatedCluster(t)
 		prefix := "{" + testenv.RandomName("rltest") + "}:"
-		_, replica := rc.Shard(t, prefix)
-		testWaitReplicas(t, newClient(t, rc.URL()), replica, true, prefix)
+		primary, replica := rc.Shard(t, prefix)
+		testWaitReplicas(t, newClient(t, rc.URL()), primary, replica, true, prefix)
 	})
 }
 
-func testWaitReplicas(t *testing.T, client redis.UniversalClient, replica *testenv.RedisProcess, cluster bool, prefix string) {
+func testWaitReplicas(t *testing.T, client redis.UniversalClient, primary, replica *testenv.RedisProcess, cluster bool, prefix string) {
 	ctx := context.Background()
 	// Long enough for a replica on a loaded machine; the calls that time
 	// out take it each.
@@ -130,13 +131,18 @@ func testWaitReplicas(t *testing.T, client redis.UniversalClient, replica *teste
 	if ok {
 		t.Error("a spend beyond the burst was allowed")
 	}
+	// Reads send no WAIT: it would last the whole timeout.
+	waits := waitCalls(t, primary)
 	_, err = apply(waiting, limiter.Check, "1:lost", 1, 0)
 	answered("a check", err)
+	answered("a read of held units", waiting.Held(ctx, time.Now(), lease("2:acked")))
+	if n := waitCalls(t, primary) - waits; n != 0 {
+		t.Errorf("a check and a read of held units sent %d WAIT", n)
+	}
 	_, err = apply(waiting, limiter.Refund, "1:lost", 1, 0)
 	answered("a refund", err)
 	_, err = apply(waiting, limiter.Settle, "1:charged", 0, 1)
 	answered("a settle that gives back", err)
-	answered("a read of held units", waiting.Held(ctx, time.Now(), lease("2:acked")))
 	_, err = waiting.Release(ctx, time.Now(), rec.ID)
 	answered("a release", err)
 	// Without the option, nothing waits for the replica.
@@ -156,6 +162,22 @@ func testWaitReplicas(t *testing.T, client redis.UniversalClient, replica *teste
 			t.Errorf("%d log lines with %q, want %d; the log:\n%s", n, msg, want, logs.String())
 		}
 	}
+}
+
+// waitCalls returns how many WAIT commands the server has run.
+func waitCalls(t *testing.T, server *testenv.RedisProcess) int64 {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := c.InfoMap(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats on %s: %v", server.Addr(), err)
+	}
+	calls, _, _ := strings.Cut(strings.TrimPrefix(info["Commandstats"]["cmdstat_wait"], "calls="), ",")
+	n, _ := strconv.ParseInt(calls, 10, 64)
+	return n
 }
 
 // onReplica reports whether key is on the replica; a Cluster's replica

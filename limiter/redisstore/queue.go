@@ -2,12 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // A store's decisions in flight share script calls. A call that finds no
@@ -279,8 +282,14 @@ func (p *queue) run(ctx context.Context, calls []*scriptCall, buf *roundTrip) {
 		return
 	}
 	buf.join()
+	wait := p.wait
+	if wait != nil && onlyChecks(buf.parts) {
+		// Nothing to acknowledge: a WAIT would only cost a round trip
+		// the timeout while a replica is down.
+		wait = nil
+	}
 	var unreplicated error
-	buf.cmds, unreplicated = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds, p.wait)
+	buf.cmds, unreplicated = evalPipelined(ctx, p.client, script, redis.NewIntSliceCmd, buf.runs, buf.cmds, wait)
 	from := 0
 	for i, cmd := range buf.cmds {
 		split(cmd, buf.parts[from:buf.ends[i]], unreplicated)
@@ -325,6 +334,17 @@ func (buf *roundTrip) join() {
 		buf.ends = append(buf.ends, j)
 		i = j
 	}
+}
+
+// onlyChecks reports whether every part is a check, which writes nothing:
+// a batch's argument starts with its operation (packBatch).
+func onlyChecks(parts []*part) bool {
+	for _, pt := range parts {
+		if binary.LittleEndian.Uint64(*pt.run.blob) != uint64(opCodes[limiter.Check]) {
+			return false
+		}
+	}
+	return true
 }
 
 // split hands each part of a script call its share of the reply: its
