@@ -85,6 +85,14 @@
 # Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
 # ceiling speaks only that.
 #
+# One more store, not among the defaults: replicated, a private primary
+# and its replica (persistence off), with two services on them in the same
+# rounds, "replicated" as the redis store runs and "replicated-wait" with
+# RATELIMIT_REDIS_WAIT_REPLICAS=1, whose writes that take wait for the
+# replica's acknowledgement (one WAIT per round trip): their difference is
+# what the acknowledgement costs. Their Redis CPU column is the primary's
+# and the replica's together.
+#
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
 #   BENCH_THREADS      wrk threads                            2
@@ -92,6 +100,7 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
+#                      (also replicated)
 #   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc h2c"
 #                      (also 3-denied)
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
@@ -159,8 +168,8 @@ status=0
 
 # The targets: the ceiling, then each store's scenarios. For each, its
 # URL, gRPC address, token, process id and Redis (empty but for the redis
-# store).
-declare -A URL GRPC TOKEN PID REDIS
+# stores), and the process ids of that Redis when they are not REDIS_PID's.
+declare -A URL GRPC TOKEN PID REDIS RPIDS
 TARGETS=(ceiling)
 start_ceiling
 URL[ceiling]=$CEILING_URL GRPC[ceiling]='' TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=''
@@ -235,9 +244,66 @@ start_store() {
 	done
 }
 
+# start_replicated starts the replicated store's primary and replica,
+# persistence off, each on a free loopback port, and returns once the
+# replica is in sync; it sets REPL_URL and REPL_PIDS. stop_replicated,
+# which the EXIT trap runs, stops them.
+REPL_PIDS=
+start_replicated() {
+	local role port pid primary= try i
+	trap 'stop_replicated; cleanup' EXIT
+	for role in primary replica; do
+		for try in 1 2 3 4 5; do
+			port=$((20000 + RANDOM % 40000))
+			redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$WORK" \
+				--logfile "$WORK/redis-$role.log" ${primary:+--replicaof 127.0.0.1 "$primary"} &
+			pid=$!
+			for i in $(seq 50); do
+				kill -0 "$pid" 2>/dev/null || break
+				[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break 2
+				sleep 0.1
+			done
+			kill "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+			pid=
+		done
+		[ -n "$pid" ] || { cat "$WORK/redis-$role.log" >&2; die "the replicated store's $role did not start"; }
+		REPL_PIDS="$REPL_PIDS $pid"
+		[ -n "$primary" ] || { primary=$port; REPL_URL="redis://127.0.0.1:$port"; }
+	done
+	for i in $(seq 100); do
+		redis-cli -p "$port" info replication | grep -q '^master_link_status:up' && return 0
+		sleep 0.1
+	done
+	die "the replicated store's replica did not sync within 10s"
+}
+
+# stop_replicated stops what start_replicated started, keeping the exit
+# status for cleanup.
+stop_replicated() {
+	local rc=$? pid
+	for pid in $REPL_PIDS; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	return $rc
+}
+
 for store in $STORES; do
 	case $store in
 	memory) start_store memory ;;
+	replicated)
+		command -v redis-server >/dev/null || die "the replicated store needs redis-server"
+		start_replicated
+		for t in replicated replicated-wait; do
+			wait_setting=
+			[ $t = replicated-wait ] && wait_setting=RATELIMIT_REDIS_WAIT_REPLICAS=1
+			start_store $t RATELIMIT_REDIS_URL="$REPL_URL" RATELIMIT_REDIS_PREFIX="bench-$t:" $wait_setting
+			for sc in $SCENARIOS; do
+				[ "${sc#*-}" = denied ] || REDIS["$t $sc"]=$REPL_URL RPIDS["$t $sc"]=$REPL_PIDS
+			done
+		done
+		;;
 	redis)
 		if [ -z "$REDIS_URL" ] && command -v redis-server >/dev/null; then
 			start_redis
@@ -334,18 +400,18 @@ spend() {
 run() {
 	local round=$1 t=$2 expect=true
 	[ "${t#*-}" = denied ] && expect=false
-	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 r0=0 c1=0 u1=0 r1=0 hits0=- hits1=- rcpu0=0 rcpu1=0 own=
-	[ -n "${REDIS[$t]}" ] && [ -n "$REDIS_PID" ] && own=1
+	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 r0=0 c1=0 u1=0 r1=0 hits0=- hits1=- rcpu0=0 rcpu1=0 own= rpid rpids=${RPIDS[$t]:-$REDIS_PID}
+	[ -n "${REDIS[$t]}" ] && [ -n "$rpids" ] && own=1
 	read -r _ _ _ _ bad wrong sock kinds < <(spend "$t" "$WARMUP" any)
 	[ "$bad" = 0 ] && [ "$sock" = 0 ] || { echo "bench: $t, round $round, warm-up: $bad non-2xx, $sock socket errors ($kinds)" >&2; status=1; }
 	cpu0=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c0 u0 r0 < <(script_stats "${REDIS[$t]}")
-	[ -n "$own" ] && rcpu0=$(cpu_ticks "$REDIS_PID")
+	if [ -n "$own" ]; then for rpid in $rpids; do rcpu0=$((rcpu0 + $(cpu_ticks "$rpid"))); done; fi
 	[ "${TOKEN[$t]}" != none ] && SVC_URL=${URL[$t]} hits0=$(metric ratelimitd_denied_cache_hits_total)
 	read -r req secs p50 p99 bad wrong sock kinds < <(spend "$t" "$DURATION" "$expect")
 	cpu1=$(cpu_ticks "${PID[$t]}")
 	[ -n "${REDIS[$t]}" ] && read -r c1 u1 r1 < <(script_stats "${REDIS[$t]}")
-	[ -n "$own" ] && rcpu1=$(cpu_ticks "$REDIS_PID")
+	if [ -n "$own" ]; then for rpid in $rpids; do rcpu1=$((rcpu1 + $(cpu_ticks "$rpid"))); done; fi
 	[ "${TOKEN[$t]}" != none ] && SVC_URL=${URL[$t]} hits1=$(metric ratelimitd_denied_cache_hits_total)
 	if [ "$bad" != 0 ] || [ "$wrong" != 0 ] || [ "$sock" != 0 ]; then
 		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
@@ -400,6 +466,7 @@ echo "load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/
 echo "service: GOGC=${BENCH_GOGC:-unset (the 64 MiB floor)}, GOMAXPROCS=$(nproc), log level warn; median of $ROUNDS round$([ "$ROUNDS" = 1 ] || echo s)"
 [ -n "$REDIS_PID" ] && echo "redis:   a private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), persistence off"
 [ -n "$REDIS_URL" ] && [ -z "$REDIS_PID" ] && echo "redis:   $REDIS_URL, shared with its other clients"
+[ -n "$REPL_PIDS" ] && echo "replicated: a private primary and its replica, persistence off; the -wait rows wait for the replica within 50ms"
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
 {

@@ -37,6 +37,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,9 +55,19 @@ type Cluster struct {
 
 	mu sync.Mutex
 	// queues holds a queue per master address, made when a call first
-	// goes there, and dropped when another master has taken its place.
+	// goes there: as many as the Cluster has had masters.
 	queues map[string]*queue
+	// switched is the last replacement of a master seen, from and to
+	// (observe); under mu.
+	switched [2]string
+
+	// suspect is the master whose calls last failed as a dead one's
+	// would, until another is seen in its place or it answers again.
+	suspect atomic.Pointer[suspect]
 }
+
+// suspect is a master that may have died, and a key of a slot it served.
+type suspect struct{ addr, key string }
 
 var _ limiter.Store = (*Cluster)(nil)
 
@@ -150,15 +161,17 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 // and nothing of the call is read.
 func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups []group) ([]part, error) {
 	type nodeCall struct {
-		q      *queue
-		call   *scriptCall
-		groups []int
-		err    error
+		q *queue
+		// addr is the master's, and key the first key sent there.
+		addr, key string
+		call      *scriptCall
+		groups    []int
+		err       error
 	}
 	var calls []*nodeCall
 	for i, g := range groups {
 		run := s.run(scriptRun{}, op, nowUS, g.batch)
-		q, err := s.queueFor(ctx, run.keys[0])
+		master, q, err := s.masterFor(ctx, run.keys[0])
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +181,7 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 			call := &scriptCall{done: make(chan struct{}, 1)}
 			// ctx is bounded: its deadline is the call's.
 			call.bound(ctx, s.timeout)
-			calls = append(calls, &nodeCall{q: q, call: call})
+			calls = append(calls, &nodeCall{q: q, addr: master.Options().Addr, key: run.keys[0], call: call})
 		}
 		c := calls[j]
 		c.call.parts = append(c.call.parts, part{slot: g.slot, run: run})
@@ -182,29 +195,24 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 	wg.Wait()
 	parts := make([]part, len(groups))
 	for _, c := range calls {
+		err := c.err
 		for j, i := range c.groups {
 			if c.err != nil {
 				parts[i].err = c.err
 			} else {
 				parts[i] = c.call.parts[j]
+				err = cmp.Or(err, parts[i].err)
 			}
-			s.reloadIfStale(parts[i].err)
 		}
+		s.observe(c.addr, c.key, err)
 	}
 	return parts, nil
 }
 
-// queueFor returns the queue of the master that serves key's slot. With
+// masterFor returns the client of the master that serves key's slot, as
+// the client's map of slots says, and its queue. With
 // Options.WaitReplicas, the queue sends through that master's own client
 // (failover.go).
-func (s *Cluster) queueFor(ctx context.Context, key string) (*queue, error) {
-	_, q, err := s.masterFor(ctx, key)
-	return q, err
-}
-
-// masterFor returns the client of the master that serves key's slot and
-// its queue, made when the store first writes there, which is when it
-// sees that master replace another (replacedBy).
 func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *queue, error) {
 	master, err := s.client.MasterForKey(ctx, key)
 	if err != nil {
@@ -215,8 +223,7 @@ func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *qu
 	defer s.mu.Unlock()
 	q := s.queues[addr]
 	if q == nil {
-		s.replacedBy(ctx, addr)
-		q = &queue{client: s.client, key: key}
+		q = &queue{client: s.client}
 		if s.wait != nil {
 			q.client, q.wait = master, s.wait
 		}
@@ -225,26 +232,48 @@ func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *qu
 	return master, q, nil
 }
 
-// replacedBy looks, when the store first writes to the master at addr,
-// for the masters whose place it took: those whose queue's first key is
-// now addr's, as when a replica was promoted after its master died. It
-// drops their queues and records each replacement. The client's map of
-// slots answers without a network call.
-func (s *Cluster) replacedBy(ctx context.Context, addr string) {
-	for old, q := range s.queues {
-		if m, err := s.client.MasterForKey(ctx, q.key); err == nil && m.Options().Addr == addr {
-			delete(s.queues, old)
-			s.primaries.replaced(old, addr)
-		}
-	}
-}
-
-// reloadIfStale asks the client to reload its map of slots, in the
-// background, after an error a stale map may explain (staleMap); the
-// client runs one reload at a time.
-func (s *Cluster) reloadIfStale(err error) {
+// observe follows the calls to the master at addr, key being one of them,
+// to see a master replaced. A call that failed as a dead or moved
+// master's would (staleMap) has the client reload its map of slots, which
+// go-redis alone does only on a redirect and once a minute, and makes the
+// master the suspect. A later call that succeeds at another master,
+// which the map then says serves the suspect's slot, shows that it took
+// the suspect's place (a replica promoted); one that succeeds at the
+// suspect clears it. While a failover settles, the map can go back and
+// forth, as the nodes that answer its reloads learn of the failover one
+// after the other: the same replacement seen again is not counted again.
+// With no suspect, a call costs one atomic load here.
+func (s *Cluster) observe(addr, key string, err error) {
 	if staleMap(err) {
 		s.client.ReloadState(context.Background())
+		if sp := s.suspect.Load(); sp == nil || sp.addr != addr {
+			s.suspect.Store(&suspect{addr: addr, key: key})
+		}
+		return
+	}
+	sp := s.suspect.Load()
+	if err != nil || sp == nil {
+		return
+	}
+	// The map may have moved while the call was under way, and then who
+	// answered it is not known (the Cluster's pipeline routes by the map
+	// of the moment).
+	if m, err := s.client.MasterForKey(context.Background(), key); err != nil || m.Options().Addr != addr {
+		return
+	}
+	if addr == sp.addr {
+		s.suspect.CompareAndSwap(sp, nil)
+		return
+	}
+	if m, err := s.client.MasterForKey(context.Background(), sp.key); err != nil || m.Options().Addr != addr || !s.suspect.CompareAndSwap(sp, nil) {
+		return
+	}
+	s.mu.Lock()
+	again := s.switched == [2]string{sp.addr, addr}
+	s.switched = [2]string{sp.addr, addr}
+	s.mu.Unlock()
+	if !again {
+		s.primaries.replaced(sp.addr, addr)
 	}
 }
 
@@ -260,15 +289,17 @@ func (s *Cluster) sendLeases(ctx context.Context, runs []scriptRun, wait *replic
 		err    error
 	}
 	var masters []*master
+	// addrs are the runs' masters, for observe: the Cluster's pipeline
+	// sends to them too, unless the map moves meanwhile.
+	addrs := make([]string, len(runs))
 	for i, r := range runs {
-		// Found even when the Cluster's pipeline sends, so that a store
-		// busy with leases alone sees a master replaced too.
-		c, _, err := s.masterFor(ctx, r.keys[0])
+		c, err := s.client.MasterForKey(ctx, r.keys[0])
 		if err != nil {
 			cmds[i] = redis.NewCmd(ctx)
 			cmds[i].SetErr(err)
 			continue
 		}
+		addrs[i] = c.Options().Addr
 		if wait == nil {
 			continue
 		}
@@ -302,8 +333,10 @@ func (s *Cluster) sendLeases(ctx context.Context, runs []scriptRun, wait *replic
 			unreplicated = cmp.Or(unreplicated, m.err)
 		}
 	}
-	for _, cmd := range cmds {
-		s.reloadIfStale(cmd.Err())
+	for i, cmd := range cmds {
+		if addrs[i] != "" {
+			s.observe(addrs[i], runs[i].keys[0], cmd.Err())
+		}
 	}
 	return cmds, unreplicated
 }

@@ -115,9 +115,11 @@ type Topology struct {
 	Primaries []string
 	// Changes counts the times since the store was made that it saw a
 	// primary replaced by another: a Sentinel's failover, at the first
-	// connection to the new primary; a Cluster's replica promoted in its
-	// master's place, at the first call the client's map of slots sends to
-	// it. ChangedAt is when it saw the last, zero before any.
+	// connection to the new primary; a Cluster's replica promoted in the
+	// place of a master whose calls failed, at the first call that
+	// succeeds there (Cluster.observe; a manual failover, which fails no
+	// call, is not seen). ChangedAt is when it saw the last, zero before
+	// any.
 	Changes   int64
 	ChangedAt time.Time
 	// WaitReplicas is Options.WaitReplicas: the replicas that acknowledge

@@ -145,9 +145,6 @@ type queue struct {
 	client redis.UniversalClient
 	// wait, when not nil, ends each round trip with WAIT (failover.go).
 	wait *replicaWait
-	// key is the first key a Cluster's queue of a master sent: its slot
-	// tells whether another master has taken that one's place.
-	key string
 
 	mu      sync.Mutex
 	pending []*scriptCall
