@@ -60,20 +60,32 @@ type Cluster struct {
 	// switched is the last replacement of a master seen, from and to
 	// (observe); under mu.
 	switched [2]string
-
-	// suspect is the master whose calls last failed as a dead one's
-	// would, until another is seen in its place or it answers again.
-	suspect atomic.Pointer[suspect]
+	// suspects are the masters whose calls failed as a dead one's would
+	// (observe), by address; under mu. hasSuspects says, without the
+	// lock, whether there are any.
+	suspects    map[string]suspect
+	hasSuspects atomic.Bool
 }
 
-// suspect is a master that may have died, and a key of a slot it served.
-type suspect struct{ addr, key string }
+// suspect is a key of a slot that a master which may have died served,
+// and when a call there last failed.
+type suspect struct {
+	key string
+	at  time.Time
+}
+
+// suspectFor is how long a master whose calls failed stays a suspect: a
+// replica takes a dead master's place within seconds, and a master that
+// only timed out once costs each call a look at the map of slots
+// meanwhile.
+const suspectFor = time.Minute
 
 var _ limiter.Store = (*Cluster)(nil)
 
 // NewCluster returns a Cluster on client; New says what it needs of it.
 func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
-	s := &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client, queues: map[string]*queue{}}
+	s := &Cluster{config: newConfig(opts, client.Options().ContextTimeoutEnabled), client: client,
+		queues: map[string]*queue{}, suspects: map[string]suspect{}}
 	s.leases = leases{cfg: &s.config, client: client, slot: keySlot, send: s.sendLeases}
 	return s
 }
@@ -236,23 +248,27 @@ func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *qu
 // to see a master replaced. A call that failed as a dead or moved
 // master's would (staleMap) has the client reload its map of slots, which
 // go-redis alone does only on a redirect and once a minute, and makes the
-// master the suspect. A later call that succeeds at another master,
-// which the map then says serves the suspect's slot, shows that it took
-// the suspect's place (a replica promoted); one that succeeds at the
-// suspect clears it. While a failover settles, the map can go back and
-// forth, as the nodes that answer its reloads learn of the failover one
-// after the other: the same replacement seen again is not counted again.
-// With no suspect, a call costs one atomic load here.
+// master a suspect (several may be: a Cluster missing a master answers
+// CLUSTERDOWN everywhere). A later call that succeeds at another master,
+// which the map then says serves a suspect's slot, shows that it took
+// the suspect's place (a replica promoted). A call that succeeds at the
+// suspect itself does not clear it: a dead master restarted with its old
+// view of the cluster answers as a master for a moment before it learns
+// that it is a replica now; a suspect goes after suspectFor. While a
+// failover settles, the map can go back and forth, as the nodes that
+// answer its reloads learn of the failover one after the other: the same
+// replacement seen again is not counted again. With no suspect, a call
+// costs one atomic load here.
 func (s *Cluster) observe(addr, key string, err error) {
 	if staleMap(err) {
 		s.client.ReloadState(context.Background())
-		if sp := s.suspect.Load(); sp == nil || sp.addr != addr {
-			s.suspect.Store(&suspect{addr: addr, key: key})
-		}
+		s.mu.Lock()
+		s.suspects[addr] = suspect{key: key, at: time.Now()}
+		s.hasSuspects.Store(true)
+		s.mu.Unlock()
 		return
 	}
-	sp := s.suspect.Load()
-	if err != nil || sp == nil {
+	if err != nil || !s.hasSuspects.Load() {
 		return
 	}
 	// The map may have moved while the call was under way, and then who
@@ -261,20 +277,24 @@ func (s *Cluster) observe(addr, key string, err error) {
 	if m, err := s.client.MasterForKey(context.Background(), key); err != nil || m.Options().Addr != addr {
 		return
 	}
-	if addr == sp.addr {
-		s.suspect.CompareAndSwap(sp, nil)
-		return
-	}
-	if m, err := s.client.MasterForKey(context.Background(), sp.key); err != nil || m.Options().Addr != addr || !s.suspect.CompareAndSwap(sp, nil) {
-		return
-	}
 	s.mu.Lock()
-	again := s.switched == [2]string{sp.addr, addr}
-	s.switched = [2]string{sp.addr, addr}
-	s.mu.Unlock()
-	if !again {
-		s.primaries.replaced(sp.addr, addr)
+	defer s.mu.Unlock()
+	for old, sp := range s.suspects {
+		switch {
+		case old == addr:
+		case time.Since(sp.at) > suspectFor:
+			delete(s.suspects, old)
+		default:
+			if m, err := s.client.MasterForKey(context.Background(), sp.key); err == nil && m.Options().Addr == addr {
+				delete(s.suspects, old)
+				if s.switched != [2]string{old, addr} {
+					s.switched = [2]string{old, addr}
+					s.primaries.replaced(old, addr)
+				}
+			}
+		}
 	}
+	s.hasSuspects.Store(len(s.suspects) > 0)
 }
 
 // sendLeases runs lease script calls: in the Cluster's pipeline or, when
