@@ -174,16 +174,16 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups []group) ([]part, error) {
 	type nodeCall struct {
 		q *queue
-		// addr is the master's, and key the first key sent there.
-		addr, key string
-		call      *scriptCall
-		groups    []int
-		err       error
+		// key is the first key sent to the queue's master.
+		key    string
+		call   *scriptCall
+		groups []int
+		err    error
 	}
 	var calls []*nodeCall
 	for i, g := range groups {
 		run := s.run(scriptRun{}, op, nowUS, g.batch)
-		master, q, err := s.masterFor(ctx, run.keys[0])
+		_, q, err := s.masterFor(ctx, run.keys[0])
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +193,7 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 			call := &scriptCall{done: make(chan struct{}, 1)}
 			// ctx is bounded: its deadline is the call's.
 			call.bound(ctx, s.timeout)
-			calls = append(calls, &nodeCall{q: q, addr: master.Options().Addr, key: run.keys[0], call: call})
+			calls = append(calls, &nodeCall{q: q, key: run.keys[0], call: call})
 		}
 		c := calls[j]
 		c.call.parts = append(c.call.parts, part{slot: g.slot, run: run})
@@ -216,7 +216,7 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 				err = cmp.Or(err, parts[i].err)
 			}
 		}
-		s.observe(c.addr, c.key, err)
+		s.observe(c.q.addr, c.key, err)
 	}
 	return parts, nil
 }
@@ -235,7 +235,7 @@ func (s *Cluster) masterFor(ctx context.Context, key string) (*redis.Client, *qu
 	defer s.mu.Unlock()
 	q := s.queues[addr]
 	if q == nil {
-		q = &queue{client: s.client}
+		q = &queue{client: s.client, addr: addr}
 		if s.wait != nil {
 			q.client, q.wait = master, s.wait
 		}

@@ -145,6 +145,8 @@ type queue struct {
 	client redis.UniversalClient
 	// wait, when not nil, ends each round trip with WAIT (failover.go).
 	wait *replicaWait
+	// addr is a Cluster's master's, whose queue this is.
+	addr string
 
 	mu      sync.Mutex
 	pending []*scriptCall
