@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/api/descriptor"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -278,53 +279,27 @@ func setQuotaLimit(out *rlsv3.RateLimitResponse_RateLimit, d *limiter.Decision) 
 }
 
 // headers sets the RateLimit-Policy, RateLimit and Retry-After headers of
-// the REST answer (draft-ietf-httpapi-ratelimit-headers), for Envoy to add
-// to its response. Their values are written into one string, which they
-// share.
+// the REST answer (problem.AppendRateLimit), for Envoy to add to its
+// response. Their values share one string.
 func (r *reply) headers(res limiter.Result) {
 	var text [256]byte
-	buf := text[:0]
-	var ends [3]int
-	n := 0
-	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
-		d := &res.Decisions[i]
-		// In whole seconds, rounded up; the draft wants a positive window.
-		window := max(1, seconds(d.PolicyWindow()))
-		buf = strconv.AppendQuote(buf, d.Limit)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, d.Params.Burst, 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, window, 10)
-		ends[0] = len(buf)
-		buf = strconv.AppendQuote(buf, d.Limit)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, d.Remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, seconds(d.UntilReset(limiter.Spend)), 10)
-		ends[1] = len(buf)
-		r.header[0].Key, r.header[1].Key = "RateLimit-Policy", "RateLimit"
-		n = 2
-	}
-	if !res.Allowed && res.RetryAfter > 0 {
-		buf = strconv.AppendInt(buf, seconds(res.RetryAfter), 10)
-		ends[n] = len(buf)
-		r.header[n].Key = "Retry-After"
-		n++
-	}
-	if n == 0 {
+	buf, ends := problem.AppendRateLimit(text[:0], limiter.Spend, res)
+	if len(buf) == 0 {
 		return
 	}
 	values := string(buf)
-	start := 0
-	for k := range n {
-		r.header[k].Value = values[start:ends[k]]
-		start = ends[k]
-		r.headerList[k] = &r.header[k]
+	n, start := 0, 0
+	for _, h := range [...]struct {
+		key string
+		end int
+	}{{"RateLimit-Policy", ends.Policy}, {"RateLimit", ends.RateLimit}, {"Retry-After", ends.RetryAfter}} {
+		if h.end == 0 {
+			continue
+		}
+		r.header[n].Key, r.header[n].Value = h.key, values[start:h.end]
+		r.headerList[n] = &r.header[n]
+		start = h.end
+		n++
 	}
 	r.resp.ResponseHeadersToAdd = r.headerList[:n]
-}
-
-// seconds converts a duration into whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
