@@ -247,7 +247,7 @@ func TestHostileInput(t *testing.T) {
 		t.Errorf("after the hostile calls: %d %v", a.status, a.header)
 	}
 	// 100 descriptors, all of one bucket, are one decision of cost 100.
-	if a := e.get("/v1/forward-auth/web?"+strings.Repeat("d=k=w&", 99)+"d=k=w"); a.status != http.StatusOK || !strings.Contains(a.header.Get("RateLimit"), "r=0") {
+	if a := e.get("/v1/forward-auth/web?" + strings.Repeat("d=k=w&", 99) + "d=k=w"); a.status != http.StatusOK || !strings.Contains(a.header.Get("RateLimit"), "r=0") {
 		t.Errorf("100 descriptors: %d %v", a.status, a.header)
 	}
 }
