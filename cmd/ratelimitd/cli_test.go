@@ -180,6 +180,38 @@ func TestCommandsRefuseANewDatabase(t *testing.T) {
 	}
 }
 
+// TestCommandsHostileInput gives the commands NUL, invalid UTF-8 and huge
+// arguments where names, paths and actions go: each is an error, and
+// nothing is created.
+func TestCommandsHostileInput(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	huge := strings.Repeat("x", 1<<20)
+	for _, args := range [][]string{
+		{"token", "list", "-database-url", "sqlite:x.db\x00y"},
+		{"migrate", "-database-url", "sqlite:x.db\x00y"},
+		{"token", "create", "-create", "-name", "a\x00b", "-scope", "admin"},
+		{"token", "create", "-create", "-name", "a\xffb", "-scope", "admin"},
+		{"token", "create", "-create", "-name", huge, "-scope", "admin"},
+		{"token", "create", "-create", "-name", "ops", "-scope", "admin\x00"},
+		{"token", "revoke", "\x00"},
+		{"import", "-create", "a\x00b"},
+		{"import", "-create", "-kind", "defaults\x00", "a.yaml"},
+		{"export", "-kind", huge},
+		{"migrate", "status\x00"},
+		{"token\x00", "list"},
+		{"help", "token\x00"},
+		{huge},
+	} {
+		if out, _, err := cliRun(map[string]string{}, args...); err == nil {
+			t.Errorf("%.80q succeeded: %s", args, out)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Fatalf("%.80q created %v", args, entries)
+		}
+	}
+}
+
 // TestFlagsOnBothSides gives the flags of every command that takes
 // positional arguments before them and after them; an argument too many
 // or an unknown flag is an error that shows the command's usage.
