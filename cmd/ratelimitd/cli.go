@@ -221,6 +221,9 @@ func dispatch(ctx context.Context, inv invocation, args []string) error {
 		}
 		return fmt.Errorf("%s: unknown action %q; the action comes first\n%s", args[0], args[1], groupUsage(args[0]))
 	}
+	if strings.HasPrefix(args[0], "-") {
+		return fmt.Errorf("flags go after the command: ratelimitd COMMAND [flags] [arguments]; \"ratelimitd help\" lists the commands")
+	}
 	return fmt.Errorf("unknown command %q; \"ratelimitd help\" lists the commands", args[0])
 }
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -342,7 +341,8 @@ func databaseFlag(url string) string {
 	}
 	arg := "sqlite:" + absPath(path)
 	if strings.ContainsFunc(arg, func(r rune) bool { return !strings.ContainsRune(shellSafe, r) }) {
-		arg = strconv.Quote(arg)
+		// Quoted for a POSIX shell, which takes all but ' literally there.
+		arg = "'" + strings.ReplaceAll(arg, "'", `'\''`) + "'"
 	}
 	return " -database-url " + arg
 }
