@@ -116,6 +116,18 @@ func TestSecondStartNamesTheToken(t *testing.T) {
 			t.Errorf("the second start does not say %q:\n%s", want, out)
 		}
 	}
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// With the admin token revoked, a start says none is live.
+	if out, log, err := cliRun(env(), "token", "revoke", id[1]); err != nil {
+		t.Fatalf("revoking the admin token: %v\n%s%s", err, out, log)
+	}
+	third := startServe(t, env()).stdout.String()
+	if !strings.Contains(third, "No admin token is live") || !strings.Contains(third, "ratelimitd token create -name NAME -scope admin") {
+		t.Errorf("a start without a live admin token does not say so:\n%s", third)
+	}
 }
 
 // TestCommandsRefuseANewDatabase runs the commands in an empty directory

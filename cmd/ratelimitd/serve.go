@@ -318,7 +318,7 @@ func adminToken(ctx context.Context, d *db.DB, dbURL string, stdout io.Writer) e
 		}
 	}
 	if len(admins) == 0 {
-		fmt.Fprintf(stdout, "No admin token is live (of %d tokens). This makes one:\n    %s\n", len(tokens), another)
+		fmt.Fprintf(stdout, "No admin token is live: each was revoked, or the tokens are of other scopes. This makes one:\n    %s\n", another)
 		return nil
 	}
 	more := ""
