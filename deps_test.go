@@ -72,6 +72,8 @@ var importRules = []importRule{
 		why: "the decision routes share the edge (api/problem) with the admin API, never the admin API itself"},
 	{pkg: "./api/rls/...", forbid: []string{"./api", "./limitfile/...", "./loader/...", "github.com/labstack/echo/..."},
 		why: "Envoy's front shares the edge (api/problem) with the admin API, never the admin API itself"},
+	{pkg: "./api/forwardauth/...", forbid: []string{"./api", "./api/rls/...", "./limitfile/...", "./loader/...", "github.com/labstack/echo/..."},
+		why: "the gateways' front shares the edge and the matcher of descriptors with the others, never the admin API or Envoy's front"},
 	{pkg: "./api/descriptor", forbid: []string{"./api/...", "./limitfile/...", "./loader/...", "github.com/labstack/echo/...", "google.golang.org/..."},
 		why: "the one matcher of descriptors serves Envoy's front and forward auth alike, so it knows neither protocol nor the admin API"},
 	{pkg: "./api/problem", forbid: []string{"github.com/labstack/echo/..."},
