@@ -70,6 +70,8 @@ var importRules = []importRule{
 		why: "the decision routes share the edge (api/problem) with the admin API, never the admin API itself"},
 	{pkg: "./api/rls/...", forbid: []string{"./api", "./limitfile/...", "./loader/...", "github.com/labstack/echo/..."},
 		why: "Envoy's front shares the edge (api/problem) with the admin API, never the admin API itself"},
+	{pkg: "./api/descriptor", forbid: []string{"./api/...", "./limitfile/...", "./loader/...", "github.com/labstack/echo/...", "google.golang.org/..."},
+		why: "the one matcher of descriptors serves Envoy's front and forward auth alike, so it knows neither protocol nor the admin API"},
 	{pkg: "./api/problem", forbid: []string{"github.com/labstack/echo/..."},
 		why: "the one edge serves every HTTP stack, so it knows none of them"},
 	{pkg: "./internal/telemetry", forbid: []string{"./api/...", "./db/...", "./cmd/..."},

@@ -22,8 +22,10 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -103,8 +105,10 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 		Trace: traces.HTTP,
 	})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Now: now, Trace: traces.HTTP})
+	gateways := forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"),
+		Clients: clientip.New(cfg.TrustedProxies), Logger: log, Now: now, Trace: traces.HTTP})
 	hs := &http.Server{
-		Handler:           buckets.Beside(srv),
+		Handler:           gateways.Beside(buckets.Beside(srv)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

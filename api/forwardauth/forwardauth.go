@@ -1,0 +1,447 @@
+// Package forwardauth answers the gateways' forward-auth calls, ANY
+// /v1/forward-auth/{domain}: nginx's auth_request, Traefik's ForwardAuth,
+// Caddy's forward_auth and HAProxy's Lua action ask once per request
+// whether it may pass. The query string says which descriptors to make, as
+// Envoy's rate_limits actions would, from the original request's
+// attributes, which the gateway passes in headers, and from the client
+// address, read through the trusted proxies (client/clientip). The
+// descriptors are decided by package descriptor, as ShouldRateLimit's
+// are, so that one set of rules serves Envoy and every other gateway; the
+// answer is the same result rendered as a status and headers a gateway
+// can act on.
+package forwardauth
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/api/descriptor"
+	"github.com/ratelimitd/ratelimitd/api/problem"
+	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/client/clientip"
+	"github.com/ratelimitd/ratelimitd/limiter"
+)
+
+// Authenticator knows the API tokens; *auth.Keeper is one.
+type Authenticator interface {
+	Authenticate(secret string) (auth.Principal, bool)
+}
+
+// Observer gives the route the service's request ids and metrics;
+// *telemetry.Front is one, whose decisions are counted as the
+// forward_auth front's.
+type Observer interface {
+	// AppendRequestID appends a new request id to b.
+	AppendRequestID(b []byte) []byte
+	ObserveRequest(route, method string, status int, took time.Duration)
+	ObserveDecisions(op limiter.Op, res limiter.Result)
+	// ObserveUnits counts the units a spend took from calendar quotas.
+	ObserveUnits(op limiter.Op, reqs []limiter.Request, res limiter.Result)
+	// ObserveUnmatched counts descriptors that matched no rule.
+	ObserveUnmatched(n int)
+}
+
+// Config wires a Handler.
+type Config struct {
+	Limiter  descriptor.Decider
+	Auth     Authenticator
+	Observer Observer
+	// Clients finds the client address through the trusted proxies
+	// (RATELIMIT_TRUSTED_PROXIES); nil trusts none.
+	Clients *clientip.Resolver
+	// Logger receives server errors with their request ids; slog.Default()
+	// when nil.
+	Logger *slog.Logger
+	// Now reads the clock, for the dry run's look-up of overrides;
+	// time.Now when nil. It is the Limiter's clock.
+	Now func() time.Time
+	// Trace, when set, starts the span of a request to a route, given its
+	// pattern, and returns the request carrying the span and what ends it
+	// with the answer's status; nil costs nothing.
+	Trace func(r *http.Request, route string) (*http.Request, func(status int))
+}
+
+// The route patterns, as the metrics and traces name them.
+const (
+	prefix       = "/v1/forward-auth/"
+	routeDecide  = "/v1/forward-auth/:domain"
+	routeMatch   = "/v1/forward-auth/:domain/match"
+	suffixMatch  = "/match"
+	headerToken  = "X-Ratelimit-Authorization"
+	headerDegrad = "X-Ratelimit-Degraded"
+)
+
+// Paths are the route patterns the Handler serves, in OpenAPI's notation,
+// each with the methods it answers: the decision any method, the dry run
+// POST.
+func Paths() map[string][]string {
+	return map[string][]string{
+		"/v1/forward-auth/{domain}":       {http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions},
+		"/v1/forward-auth/{domain}/match": {http.MethodPost},
+	}
+}
+
+// Handler serves forward auth.
+type Handler struct {
+	cfg     Config
+	log     *slog.Logger
+	scratch sync.Pool
+	// plans holds the plans of the query strings seen, which a gateway
+	// repeats on every call; replaced whole when one is added.
+	plans atomic.Pointer[map[string]*plan]
+}
+
+// maxPlans bounds the query strings whose plans are kept: a gateway has a
+// few, one per location or route. Past the bound, new ones are parsed on
+// every call.
+const maxPlans = 256
+
+// New builds the Handler.
+func New(cfg Config) *Handler {
+	h := &Handler{cfg: cfg, log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if h.cfg.Now == nil {
+		h.cfg.Now = time.Now
+	}
+	if h.cfg.Clients == nil {
+		h.cfg.Clients = &clientip.Resolver{}
+	}
+	h.scratch.New = func() any { return new(scratch) }
+	return h
+}
+
+// scratch is the working memory of one call, pooled.
+type scratch struct {
+	batch   descriptor.Batch
+	entries []limiter.DescriptorEntry
+	// made[k] is the index of the d of descriptor k of the batch, whose
+	// entries' sources are plan.descriptors[made[k]].
+	made   []int
+	header []byte
+}
+
+// Beside serves forward auth with h and every other request with rest.
+func (h *Handler) Beside(rest http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, prefix) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rest.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP answers a forward-auth call, or a dry run of one. Every answer
+// carries a request id, is timed and counted by route, and an error is a
+// problem+json; a panic is a 500, so that no input can stop the process.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	route := routeDecide
+	if strings.HasSuffix(r.URL.Path, suffixMatch) {
+		route = routeMatch
+	}
+	var endSpan func(int)
+	if h.cfg.Trace != nil {
+		r, endSpan = h.cfg.Trace(r, route)
+	}
+	sc := h.scratch.Get().(*scratch)
+	sc.header = h.cfg.Observer.AppendRequestID(sc.header[:0])
+	id := string(sc.header)
+	w.Header()["X-Request-Id"] = []string{id}
+	status, err := h.serve(w, r, route, sc)
+	if err != nil {
+		status = h.writeProblem(w, r, route, id, err)
+	}
+	h.scratch.Put(sc)
+	h.cfg.Observer.ObserveRequest(route, r.Method, status, time.Since(start))
+	if endSpan != nil {
+		endSpan(status)
+	}
+}
+
+// serve routes a call, and returns the status it answered or the error to
+// answer.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, route string, sc *scratch) (status int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+		}
+	}()
+	domain, ok := domainOf(r, route)
+	if !ok {
+		return 0, problem.Errorf(http.StatusNotFound, "no such route; forward auth is /v1/forward-auth/{domain}")
+	}
+	if route == routeMatch {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			return 0, problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
+		}
+		return h.match(w, r, domain)
+	}
+	return h.decide(w, r, domain, sc)
+}
+
+// domainOf returns the domain of the path, decoded, false when the path
+// is not one of the routes'.
+func domainOf(r *http.Request, route string) (string, bool) {
+	p := r.URL.EscapedPath()
+	rest, _ := strings.CutPrefix(p, prefix)
+	if route == routeMatch {
+		rest = strings.TrimSuffix(rest, suffixMatch)
+	}
+	if rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	if !strings.Contains(rest, "%") {
+		return rest, true
+	}
+	d, err := url.PathUnescape(rest)
+	return d, err == nil
+}
+
+// authorize checks the call's token: the one of X-Ratelimit-Authorization
+// when it is sent, else Authorization's. A gateway sends its token in the
+// first, so that the client's own Authorization reaches the route
+// untouched, for descriptors keyed on it.
+func (h *Handler) authorize(r *http.Request) error {
+	v, ok := r.Header[headerToken]
+	if !ok {
+		v = r.Header["Authorization"]
+	}
+	value := ""
+	if len(v) > 0 {
+		value = v[0]
+	}
+	_, err := problem.Authorize(h.cfg.Auth, value, auth.Decide)
+	return err
+}
+
+// planOf returns the plan of a query string, parsed once.
+func (h *Handler) planOf(raw string) (*plan, error) {
+	plans := h.plans.Load()
+	if plans != nil {
+		if p, ok := (*plans)[raw]; ok {
+			return p, nil
+		}
+	}
+	p, err := parsePlan(raw)
+	if err != nil {
+		return nil, err
+	}
+	if plans == nil || len(*plans) < maxPlans {
+		next := make(map[string]*plan, 1+len(*orEmpty(plans)))
+		for k, v := range *orEmpty(plans) {
+			next[k] = v
+		}
+		next[raw] = p
+		// Another call may have added a plan meanwhile: it is parsed
+		// again when next seen.
+		h.plans.Store(&next)
+	}
+	return p, nil
+}
+
+func orEmpty(m *map[string]*plan) *map[string]*plan {
+	if m == nil {
+		return &map[string]*plan{}
+	}
+	return m
+}
+
+// decide answers a forward-auth call.
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, domain string, sc *scratch) (int, error) {
+	if tokenInQuery(r.URL.RawQuery) {
+		return 0, errTokenInQuery
+	}
+	if err := h.authorize(r); err != nil {
+		return 0, err
+	}
+	p, err := h.planOf(r.URL.RawQuery)
+	if err != nil {
+		return 0, err
+	}
+	snap := h.cfg.Limiter.Snapshot()
+	if snap == nil {
+		return 0, limiter.ErrNoSnapshot
+	}
+	a := attributes{r: r, clients: h.cfg.Clients}
+	if err := sc.fill(snap, domain, p, &a); err != nil {
+		return 0, err
+	}
+	if sc.batch.Len() == 0 {
+		// No descriptor was made: nothing to limit.
+		return h.answer(w, sc, p, limiter.Result{Allowed: true}), nil
+	}
+	if n := sc.batch.Unmatched(); n > 0 {
+		h.cfg.Observer.ObserveUnmatched(n)
+	}
+	res, err := sc.batch.Decide(r.Context(), h.cfg.Limiter)
+	if err != nil {
+		return 0, sc.name(p, err)
+	}
+	if len(res.Decisions) > 0 {
+		h.cfg.Observer.ObserveDecisions(limiter.Spend, res)
+		h.cfg.Observer.ObserveUnits(limiter.Spend, sc.batch.Spent(), res)
+	}
+	return h.answer(w, sc, p, res), nil
+}
+
+// fill makes the descriptors of a call and adds them to the batch. A d
+// whose header is absent makes no descriptor, as Envoy's request_headers
+// action makes none.
+func (sc *scratch) fill(snap *limiter.Snapshot, domain string, p *plan, a *attributes) error {
+	sc.made = sc.made[:0]
+	if err := sc.batch.Reset(domain); err != nil {
+		return &problem.Error{Status: http.StatusUnprocessableEntity, Detail: "the domain is invalid",
+			Fields: []limiter.FieldError{{Field: "domain", Message: err.(*descriptor.Error).Message}}}
+	}
+next:
+	for i, srcs := range p.descriptors {
+		sc.entries = sc.entries[:0]
+		for _, s := range srcs {
+			var v string
+			var err error
+			switch s.kind {
+			case fromLiteral:
+				v = s.value
+			case fromHeader:
+				v, err = headerValue(a.r, s.header)
+				if err == nil && v == "" {
+					continue next
+				}
+			default:
+				v, err = a.value(s.kind)
+			}
+			if err != nil {
+				return attrProblem(err, i, s)
+			}
+			sc.entries = append(sc.entries, limiter.DescriptorEntry{Key: s.key, Value: v})
+		}
+		sc.made = append(sc.made, i)
+		if err := sc.batch.Add(snap, sc.entries, 1); err != nil {
+			return sc.name(p, err)
+		}
+	}
+	return nil
+}
+
+// attrProblem is the 422 of an attribute that source s of d[i] needs.
+func attrProblem(err error, i int, s source) error {
+	var ae *attrError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	return &problem.Error{Status: http.StatusUnprocessableEntity, Detail: "a header the descriptors need is missing or invalid",
+		Fields: []limiter.FieldError{{Field: ae.header, Message: ae.message + " (read for " + strconv.Quote(s.text) + " of d[" + strconv.Itoa(i) + "])"}}}
+}
+
+// name words an error of the batch as a 422 naming what the call sent: a
+// value is named by the header it came from, anything else by its d.
+func (sc *scratch) name(p *plan, err error) error {
+	var de *descriptor.Error
+	if !errors.As(err, &de) {
+		return err
+	}
+	if de.Descriptor < 0 || de.Descriptor >= len(sc.made) {
+		return &problem.Error{Status: http.StatusUnprocessableEntity, Detail: "the descriptors cannot be decided",
+			Fields: []limiter.FieldError{{Field: "d", Message: de.Message}}}
+	}
+	i := sc.made[de.Descriptor]
+	field := "d[" + strconv.Itoa(i) + "]"
+	msg := de.Message
+	if de.Entry >= 0 {
+		s := p.descriptors[i][de.Entry]
+		msg = "the value of " + strconv.Quote(s.text) + ": " + msg
+		switch s.kind {
+		case fromHeader:
+			field = s.header
+		case fromMethod, fromPath, fromHost:
+			// Read from the gateway's headers: which one said it all.
+			field = attributeHeaders[s.kind]
+		}
+	}
+	return &problem.Error{Status: http.StatusUnprocessableEntity, Detail: "the descriptors cannot be decided",
+		Fields: []limiter.FieldError{{Field: field, Message: msg}}}
+}
+
+// attributeHeaders name the headers an attribute is read from.
+var attributeHeaders = map[kind]string{
+	fromMethod: headerForwardedMethod + " or " + headerOriginalMethod,
+	fromPath:   headerForwardedURI + " or " + headerOriginalURI,
+	fromHost:   headerForwardedHost + " or " + headerHost,
+}
+
+var degraded = []string{"true"}
+
+// answer writes the decision: 200 when allowed, the plan's deny status
+// with a problem when denied, with the RateLimit headers of the most
+// restrictive descriptor either way, and a header saying that the store
+// failed and the fail mode let the call through.
+func (h *Handler) answer(w http.ResponseWriter, sc *scratch, p *plan, res limiter.Result) int {
+	start := len(sc.header)
+	buf, ends := problem.AppendRateLimit(sc.header, limiter.Spend, res)
+	sc.header = buf
+	hd := w.Header()
+	if len(buf) > start {
+		values := string(buf[start:])
+		at := 0
+		for _, v := range [...]struct {
+			key string
+			end int
+		}{{problem.HeaderPolicy, ends.Policy}, {problem.HeaderRateLimit, ends.RateLimit}, {problem.HeaderRetryAfter, ends.RetryAfter}} {
+			if v.end == 0 {
+				continue
+			}
+			end := v.end - start
+			hd[v.key] = []string{values[at:end]}
+			at = end
+		}
+	}
+	if res.Degraded {
+		hd[headerDegrad] = degraded
+	}
+	if res.Allowed {
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	}
+	limit := ""
+	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
+		limit = res.Decisions[i].Limit
+	}
+	pr := &problem.Problem{Status: p.denyStatus, RequestID: hd.Get("X-Request-Id"),
+		Detail: "the request is over the limit " + strconv.Quote(limit) + "; retry after the time in Retry-After"}
+	problem.Write(w, nil, pr, pr)
+	return p.denyStatus
+}
+
+// writeProblem answers err as application/problem+json and returns the
+// status. Anything that is not a client's mistake or an unavailable
+// backend is internal: masked in the answer, logged with its chain under
+// the request id. The query is never logged: it may hold what a gateway
+// was wrongly told to put there.
+func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, route, id string, err error) int {
+	p := &problem.Problem{RequestID: id}
+	body, ok := problem.From(err, p)
+	if !ok {
+		problem.Internal(p)
+	}
+	switch {
+	case p.Status == http.StatusServiceUnavailable:
+		h.log.Debug("request failed", "request_id", id, "route", route, "status", p.Status, "err", err)
+	case p.Status >= 500:
+		h.log.Error("request failed", "request_id", id, "method", r.Method, "route", route, "status", p.Status, "err", err)
+	}
+	problem.Write(w, err, p, body)
+	return p.Status
+}
