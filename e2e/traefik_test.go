@@ -96,7 +96,7 @@ func TestTraefikRequestShape(t *testing.T) {
 		req.RemoteAddr = "198.51.100.7:40000"
 		req.Header.Set("X-Api-Key", tag+"-a")
 		req.Header.Set("Authorization", "Bearer the-client's-own")
-		req.Header.Set("X-Ratelimitd-Token", "rlt_from_the_client")
+		req.Header.Set("X-Ratelimit-Authorization", "rlt_from_the_client")
 		req.Header.Set("X-Original-Uri", "/not/"+tag)
 		return req
 	}
@@ -110,7 +110,7 @@ func TestTraefikRequestShape(t *testing.T) {
 			if answer.status != 0 {
 				t.Fatalf("request %d: the client got %d %v %q, want it passed to the application", i, answer.status, answer.header, answer.body)
 			}
-			if strings.Contains(fmt.Sprint(req.Header), token) || req.Header.Get("X-Ratelimitd-Token") != "" {
+			if strings.Contains(fmt.Sprint(req.Header), token) || req.Header.Get("X-Ratelimit-Authorization") != "" {
 				t.Errorf("request %d for the application carries a token: %v", i, req.Header)
 			}
 			if req.Header.Get("RateLimit") == "" || req.Header.Get("RateLimit-Policy") == "" ||

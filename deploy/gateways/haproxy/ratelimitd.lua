@@ -6,8 +6,9 @@
 -- <address> is where HAProxy's HTTP client connects (haproxy.cfg's
 -- listener in front of ratelimitd), <path and query> the route with its d
 -- parameters, <token> a ratelimitd token of scope decide. Allowed (2xx):
--- the RateLimit headers of the answer go into the variables txn.ratelimit
--- and txn.ratelimit_policy, and the request goes on. Denied (429), or the
+-- the answer's RateLimit, RateLimit-Policy and X-Ratelimit-Degraded go into
+-- the variables txn.ratelimit, txn.ratelimit_policy and
+-- txn.ratelimit_degraded, and the request goes on. Denied (429), or the
 -- store failed in fail mode closed (503): the client gets that answer.
 -- Anything else (ratelimitd unreachable, the token refused, a 4xx naming
 -- what it could not read): 503, and a warning in HAProxy's log.
@@ -19,7 +20,7 @@ local not_copied = {
     ["connection"] = true, ["keep-alive"] = true, ["te"] = true, ["trailer"] = true,
     ["transfer-encoding"] = true, ["upgrade"] = true, ["content-length"] = true,
     ["proxy-connection"] = true,
-    ["x-ratelimitd-token"] = true, ["x-forwarded-host"] = true,
+    ["x-ratelimit-authorization"] = true, ["x-forwarded-host"] = true,
     ["x-forwarded-method"] = true, ["x-forwarded-uri"] = true,
     ["x-original-method"] = true, ["x-original-uri"] = true,
 }
@@ -58,7 +59,7 @@ core.register_action("ratelimitd", { "http-req" }, function(txn, address, uri, t
     if host ~= nil then headers["x-forwarded-host"] = { host } end
     -- The token goes in a header of its own, so that the client's
     -- Authorization reaches ratelimitd as sent.
-    headers["x-ratelimitd-token"] = { token }
+    headers["x-ratelimit-authorization"] = { "Bearer " .. token }
 
     local res = core.httpclient():get{ url = "http://ratelimitd" .. uri, dst = address, headers = headers }
     local status = res and res.status or 0
@@ -66,6 +67,7 @@ core.register_action("ratelimitd", { "http-req" }, function(txn, address, uri, t
         local h = res.headers or {}
         if h["ratelimit"] then txn:set_var("txn.ratelimit", h["ratelimit"][0]) end
         if h["ratelimit-policy"] then txn:set_var("txn.ratelimit_policy", h["ratelimit-policy"][0]) end
+        if h["x-ratelimit-degraded"] then txn:set_var("txn.ratelimit_degraded", h["x-ratelimit-degraded"][0]) end
         return
     end
     local reply = txn:reply()
