@@ -76,6 +76,8 @@ func TestGateways(t *testing.T) {
 			})
 			if r.redis != nil {
 				t.Run("fail modes", r.testFailModes)
+			} else {
+				t.Run("token refused", r.testTokenRefused)
 			}
 		})
 	}
@@ -341,6 +343,26 @@ func (r *gatewayRig) testFailModes(t *testing.T) {
 			t.Errorf("%d requests reached the upstream, want none", got)
 		}
 	})
+}
+
+// testTokenRefused runs each gateway with a token that may not decide
+// (scope support): ratelimitd refuses every call with 403, and no request
+// reaches the upstream. nginx and HAProxy answer the client 503; Caddy
+// passes ratelimitd's 403 on.
+func (r *gatewayRig) testTokenRefused(t *testing.T) {
+	support := createToken(t, r.admin, "support", client.ScopeSupport)
+	env := gatewayEnv{upstream: r.app.addr, ratelimitd: r.svc.addr, token: support}
+	want := map[string]int{"nginx": http.StatusServiceUnavailable, "haproxy": http.StatusServiceUnavailable, "caddy": http.StatusForbidden}
+	path := "/" + testenv.RandomName("refused-")
+	for _, kind := range gatewayKinds {
+		gw := startGateway(t, kind, env)
+		if a := r.send(t, gw, "127.0.0.2", path, nil); a.status != want[gw.name] || strings.Contains(fmt.Sprint(a.header)+a.body, support) {
+			t.Errorf("%s with a token of scope support: %d %v %q, want %d without the token", gw.name, a.status, a.header, a.body, want[gw.name])
+		}
+	}
+	if got := r.app.count(path); got != 0 {
+		t.Errorf("%d requests reached the upstream, want none", got)
+	}
 }
 
 // limitWithRule creates a limit of a random name and a rule of domain web
