@@ -183,11 +183,6 @@ func parseDescriptor(d string) ([]source, string) {
 		if msg != "" {
 			return nil, at + msg
 		}
-		for _, o := range srcs {
-			if o.key == s.key {
-				return nil, at + "the key " + strconv.Quote(s.key) + " is already that of an earlier entry"
-			}
-		}
 		srcs = append(srcs, s)
 	}
 	return srcs, ""
