@@ -47,9 +47,10 @@ const gatewayTrust = "127.0.0.1/32," + hopAddr + "/32"
 // concurrency, limits keyed on the client's address (from a trusted hop
 // and spoofed), on an API key, on the path and on the client's own
 // Authorization, overrides taking effect within a second, shadow limits,
-// the RateLimit headers on allowed and denied answers, and on Redis the
-// fail modes with the store down and ratelimitd itself gone. The token
-// the gateways authenticate with never reaches a client or the upstream.
+// the RateLimit headers on allowed and denied answers; on Redis the fail
+// modes with the store down and ratelimitd itself gone, and on the
+// in-process store a token that may not decide. The token the gateways
+// authenticate with never reaches a client or the upstream.
 //
 // One ratelimitd and one process of each gateway serve all the subtests
 // of a store; each subtest has limits and rules of its own, on bucket
