@@ -1,10 +1,9 @@
 package decide
 
 import (
-	"net/http"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/api/problem"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -63,11 +62,9 @@ type scratch struct {
 	lease  lease
 	leased *lease
 	out    []byte
-	// header holds the values of the answer's headers end to end, the
-	// request id first, and marks where each ends, so that setHeaders
-	// sets them all with one string and one slice.
-	header []byte
-	marks  []headerMark
+	// x is the request's passage through the edge, which holds the
+	// answer's headers.
+	x *edge.Exchange
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -83,47 +80,14 @@ const (
 	maxLimitName = 64
 )
 
-func (sc *scratch) reset() {
+func (sc *scratch) reset(x *edge.Exchange) {
 	if cap(sc.body) > maxPooledBody {
 		sc.body = nil
 	}
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
-	sc.body, sc.reqs, sc.out, sc.header, sc.marks = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0], sc.marks[:0]
-}
-
-// headerMark ends the value of a header in scratch.header.
-type headerMark struct {
-	// key is in canonical form: setHeaders sets it as it is.
-	key string
-	end int
-}
-
-// mark ends the value of header key, whose text was just appended to
-// sc.header.
-func (sc *scratch) mark(key string) {
-	sc.marks = append(sc.marks, headerMark{key: key, end: len(sc.header)})
-}
-
-// keepRequestID drops the headers marked after the request id.
-func (sc *scratch) keepRequestID() {
-	sc.header, sc.marks = sc.header[:sc.marks[0].end], sc.marks[:1]
-}
-
-// setHeaders sets the marked headers in h and returns the first one's
-// value, the request id. Each value is a slice of its own capacity, so
-// that adding to one header cannot overwrite another.
-func (sc *scratch) setHeaders(h http.Header) (requestID string) {
-	all := string(sc.header)
-	values := make([]string, len(sc.marks))
-	start := 0
-	for i, m := range sc.marks {
-		values[i] = all[start:m.end]
-		h[m.key] = values[i : i+1 : i+1]
-		start = m.end
-	}
-	return values[0]
+	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
 }
 
 // intern returns b as a string, without allocating when it was seen before.
@@ -203,19 +167,4 @@ func millis(d time.Duration) int64 {
 		return -1
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// appendRateLimit adds the RateLimit-Policy, RateLimit and Retry-After
-// headers of res (problem.AppendRateLimit) to the answer's headers.
-func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
-	var ends problem.RateLimitEnds
-	sc.header, ends = problem.AppendRateLimit(sc.header, op, res)
-	// The canonical keys, which setHeaders sets as they are.
-	if ends.Policy > 0 {
-		sc.marks = append(sc.marks, headerMark{key: problem.HeaderPolicy, end: ends.Policy},
-			headerMark{key: problem.HeaderRateLimit, end: ends.RateLimit})
-	}
-	if ends.RetryAfter > 0 {
-		sc.marks = append(sc.marks, headerMark{key: problem.HeaderRetryAfter, end: ends.RetryAfter})
-	}
 }

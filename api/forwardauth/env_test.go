@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -97,8 +98,8 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	if trusted == nil {
 		trusted = clientip.Loopback
 	}
-	h := forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"), Clients: clientip.New(trusted), Logger: log})
-	hs := httptest.NewServer(h.Beside(http.NotFoundHandler()))
+	h := forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"), Clients: clientip.New(trusted)})
+	hs := httptest.NewServer(edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, h.Routes()...))
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = ld.Run(ctx) })
 	t.Cleanup(func() {

@@ -13,11 +13,8 @@ package forwardauth
 
 import (
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/api/descriptor"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/client/clientip"
@@ -36,13 +34,10 @@ type Authenticator interface {
 	Authenticate(secret string) (auth.Principal, bool)
 }
 
-// Observer gives the route the service's request ids and metrics;
-// *telemetry.Front is one, whose decisions are counted as the
-// forward_auth front's.
+// Observer counts the route's decisions; *telemetry.Front is one, whose
+// decisions are counted as the forward_auth front's. The edge counts the
+// requests.
 type Observer interface {
-	// AppendRequestID appends a new request id to b.
-	AppendRequestID(b []byte) []byte
-	ObserveRequest(route, method string, status int, took time.Duration)
 	ObserveDecisions(op limiter.Op, res limiter.Result)
 	// ObserveUnits counts the units a spend took from calendar quotas.
 	ObserveUnits(op limiter.Op, reqs []limiter.Request, res limiter.Result)
@@ -58,26 +53,20 @@ type Config struct {
 	// Clients finds the client address through the trusted proxies
 	// (RATELIMIT_TRUSTED_PROXIES); nil trusts none.
 	Clients *clientip.Resolver
-	// Logger receives server errors with their request ids; slog.Default()
-	// when nil.
-	Logger *slog.Logger
 	// Now reads the clock, for the dry run's look-up of overrides;
 	// time.Now when nil. It is the Limiter's clock.
 	Now func() time.Time
-	// Trace, when set, starts the span of a request to a route, given its
-	// pattern, and returns the request carrying the span and what ends it
-	// with the answer's status; nil costs nothing.
-	Trace func(r *http.Request, route string) (*http.Request, func(status int))
 }
 
-// The route patterns, as the metrics and traces name them.
+// The route patterns, as the metrics and traces name them, and the
+// headers of the route's own.
 const (
-	prefix       = "/v1/forward-auth/"
-	routeDecide  = "/v1/forward-auth/:domain"
-	routeMatch   = "/v1/forward-auth/:domain/match"
-	suffixMatch  = "/match"
-	headerToken  = "X-Ratelimit-Authorization"
-	headerDegrad = "X-Ratelimit-Degraded"
+	prefix         = "/v1/forward-auth/"
+	routeDecide    = "/v1/forward-auth/:domain"
+	routeMatch     = "/v1/forward-auth/:domain/match"
+	suffixMatch    = "/match"
+	headerToken    = "X-Ratelimit-Authorization"
+	headerDegraded = "X-Ratelimit-Degraded"
 )
 
 // Paths are the route patterns the Handler serves, in OpenAPI's notation,
@@ -93,7 +82,6 @@ func Paths() map[string][]string {
 // Handler serves forward auth.
 type Handler struct {
 	cfg     Config
-	log     *slog.Logger
 	scratch sync.Pool
 	// plans holds the plans of the query strings seen, which a gateway
 	// repeats on every call; replaced whole when one is added.
@@ -107,10 +95,7 @@ const maxPlans = 256
 
 // New builds the Handler.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, log: cfg.Logger}
-	if h.log == nil {
-		h.log = slog.Default()
-	}
+	h := &Handler{cfg: cfg}
 	if h.cfg.Now == nil {
 		h.cfg.Now = time.Now
 	}
@@ -127,69 +112,37 @@ type scratch struct {
 	entries []limiter.DescriptorEntry
 	// made[k] is the index of the d of descriptor k of the batch, whose
 	// entries' sources are plan.descriptors[made[k]].
-	made   []int
-	header []byte
+	made []int
 }
 
-// Beside serves forward auth with h and every other request with rest.
-func (h *Handler) Beside(rest http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, prefix) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rest.ServeHTTP(w, r)
-	})
+// Routes are the routes to register with the edge: every path below
+// /v1/forward-auth/, any method. A call's body is never read; the bound is
+// the dry run's, which reads one.
+func (h *Handler) Routes() []edge.Route {
+	return []edge.Route{{Path: prefix, MaxBody: maxMatchBody, Serve: h.serve}}
 }
 
-// ServeHTTP answers a forward-auth call, or a dry run of one. Every answer
-// carries a request id, is timed and counted by route, and an error is a
-// problem+json; a panic is a 500, so that no input can stop the process.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+// serve routes a call: the decision, or its dry run.
+func (h *Handler) serve(x *edge.Exchange, r *http.Request) error {
 	route := routeDecide
 	if strings.HasSuffix(r.URL.Path, suffixMatch) {
 		route = routeMatch
 	}
-	var endSpan func(int)
-	if h.cfg.Trace != nil {
-		r, endSpan = h.cfg.Trace(r, route)
-	}
-	sc := h.scratch.Get().(*scratch)
-	sc.header = h.cfg.Observer.AppendRequestID(sc.header[:0])
-	id := string(sc.header)
-	w.Header()["X-Request-Id"] = []string{id}
-	status, err := h.serve(w, r, route, sc)
-	if err != nil {
-		status = h.writeProblem(w, r, route, id, err)
-	}
-	h.scratch.Put(sc)
-	h.cfg.Observer.ObserveRequest(route, r.Method, status, time.Since(start))
-	if endSpan != nil {
-		endSpan(status)
-	}
-}
-
-// serve routes a call, and returns the status it answered or the error to
-// answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, route string, sc *scratch) (status int, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
-		}
-	}()
+	x.SetRoute(route)
 	domain, ok := domainOf(r, route)
 	if !ok {
-		return 0, problem.Errorf(http.StatusNotFound, "no such route; forward auth is /v1/forward-auth/{domain}")
+		return problem.Errorf(http.StatusNotFound, "no such route; forward auth is /v1/forward-auth/{domain}")
 	}
 	if route == routeMatch {
 		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			return 0, problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
+			x.Header().Set("Allow", http.MethodPost)
+			return problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
 		}
-		return h.match(w, r, domain)
+		return h.match(x, r, domain)
 	}
-	return h.decide(w, r, domain, sc)
+	sc := h.scratch.Get().(*scratch)
+	defer h.scratch.Put(sc)
+	return h.decide(x, r, domain, sc)
 }
 
 // domainOf returns the domain of the path, decoded, false when the path
@@ -260,41 +213,43 @@ func orEmpty(m *map[string]*plan) *map[string]*plan {
 }
 
 // decide answers a forward-auth call.
-func (h *Handler) decide(w http.ResponseWriter, r *http.Request, domain string, sc *scratch) (int, error) {
+func (h *Handler) decide(x *edge.Exchange, r *http.Request, domain string, sc *scratch) error {
 	if tokenInQuery(r.URL.RawQuery) {
-		return 0, errTokenInQuery
+		return errTokenInQuery
 	}
 	if err := h.authorize(r); err != nil {
-		return 0, err
+		return err
 	}
 	p, err := h.planOf(r.URL.RawQuery)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	snap := h.cfg.Limiter.Snapshot()
 	if snap == nil {
-		return 0, limiter.ErrNoSnapshot
+		return limiter.ErrNoSnapshot
 	}
 	a := attributes{r: r, clients: h.cfg.Clients}
 	if err := sc.fill(snap, domain, p, &a); err != nil {
-		return 0, err
+		return err
 	}
 	if sc.batch.Len() == 0 {
 		// No descriptor was made: nothing to limit.
-		return h.answer(w, sc, p, limiter.Result{Allowed: true}), nil
+		answer(x, p, limiter.Result{Allowed: true})
+		return nil
 	}
 	if n := sc.batch.Unmatched(); n > 0 {
 		h.cfg.Observer.ObserveUnmatched(n)
 	}
 	res, err := sc.batch.Decide(r.Context(), h.cfg.Limiter)
 	if err != nil {
-		return 0, sc.name(p, err)
+		return sc.name(p, err)
 	}
 	if len(res.Decisions) > 0 {
 		h.cfg.Observer.ObserveDecisions(limiter.Spend, res)
 		h.cfg.Observer.ObserveUnits(limiter.Spend, sc.batch.Spent(), res)
 	}
-	return h.answer(w, sc, p, res), nil
+	answer(x, p, res)
+	return nil
 }
 
 // fill makes the descriptors of a call and adds them to the batch. A d
@@ -382,66 +337,24 @@ var attributeHeaders = map[kind]string{
 	fromHost:   headerForwardedHost + " or " + headerHost,
 }
 
-var degraded = []string{"true"}
-
 // answer writes the decision: 200 when allowed, the plan's deny status
 // with a problem when denied, with the RateLimit headers of the most
 // restrictive descriptor either way, and a header saying that the store
 // failed and the fail mode let the call through.
-func (h *Handler) answer(w http.ResponseWriter, sc *scratch, p *plan, res limiter.Result) int {
-	start := len(sc.header)
-	buf, ends := problem.AppendRateLimit(sc.header, limiter.Spend, res)
-	sc.header = buf
-	hd := w.Header()
-	if len(buf) > start {
-		values := string(buf[start:])
-		at := 0
-		for _, v := range [...]struct {
-			key string
-			end int
-		}{{problem.HeaderPolicy, ends.Policy}, {problem.HeaderRateLimit, ends.RateLimit}, {problem.HeaderRetryAfter, ends.RetryAfter}} {
-			if v.end == 0 {
-				continue
-			}
-			end := v.end - start
-			hd[v.key] = []string{values[at:end]}
-			at = end
-		}
-	}
+func answer(x *edge.Exchange, p *plan, res limiter.Result) {
+	x.AddRateLimit(limiter.Spend, res)
 	if res.Degraded {
-		hd[headerDegrad] = degraded
+		x.AddHeader(headerDegraded, append(x.Values(), "true"...))
 	}
 	if res.Allowed {
-		w.WriteHeader(http.StatusOK)
-		return http.StatusOK
+		x.WriteHeader(http.StatusOK)
+		return
 	}
 	limit := ""
 	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
 		limit = res.Decisions[i].Limit
 	}
-	pr := &problem.Problem{Status: p.denyStatus, RequestID: hd.Get("X-Request-Id"),
+	pr := &problem.Problem{Status: p.denyStatus, RequestID: x.RequestID(),
 		Detail: "the request is over the limit " + strconv.Quote(limit) + "; retry after the time in Retry-After"}
-	problem.Write(w, nil, pr, pr)
-	return p.denyStatus
-}
-
-// writeProblem answers err as application/problem+json and returns the
-// status. Anything that is not a client's mistake or an unavailable
-// backend is internal: masked in the answer, logged with its chain under
-// the request id. The query is never logged: it may hold what a gateway
-// was wrongly told to put there.
-func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, route, id string, err error) int {
-	p := &problem.Problem{RequestID: id}
-	body, ok := problem.From(err, p)
-	if !ok {
-		problem.Internal(p)
-	}
-	switch {
-	case p.Status == http.StatusServiceUnavailable:
-		h.log.Debug("request failed", "request_id", id, "route", route, "status", p.Status, "err", err)
-	case p.Status >= 500:
-		h.log.Error("request failed", "request_id", id, "method", r.Method, "route", route, "status", p.Status, "err", err)
-	}
-	problem.Write(w, err, p, body)
-	return p.Status
+	problem.Write(x, nil, pr, pr)
 }

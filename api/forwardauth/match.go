@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/api/descriptor"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -67,32 +68,32 @@ type matchResult struct {
 // which descriptors they make, which rule each matches and the bucket it
 // would spend, without spending. A call the route would refuse is refused
 // with the same problem.
-func (h *Handler) match(w http.ResponseWriter, r *http.Request, domain string) (int, error) {
+func (h *Handler) match(x *edge.Exchange, r *http.Request, domain string) error {
 	if _, err := problem.Authorize(h.cfg.Auth, first(r.Header["Authorization"]), auth.Decide, auth.Support); err != nil {
-		return 0, err
+		return err
 	}
 	if msg := input.MediaProblem(first(r.Header["Content-Type"]), "application/json"); msg != "" {
-		return 0, problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
+		return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 	}
-	call, err := readCall(w, r)
+	call, err := readCall(r)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if tokenInQuery(call.URL.RawQuery) {
-		return 0, errTokenInQuery
+		return errTokenInQuery
 	}
 	p, err := parsePlan(call.URL.RawQuery)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	snap := h.cfg.Limiter.Snapshot()
 	if snap == nil {
-		return 0, limiter.ErrNoSnapshot
+		return limiter.ErrNoSnapshot
 	}
 	sc := new(scratch)
 	a := attributes{r: call, clients: h.cfg.Clients}
 	if err := sc.fill(snap, domain, p, &a); err != nil {
-		return 0, err
+		return err
 	}
 	out := matchResponse{Domain: domain, Descriptors: make([]descriptorResult, len(p.descriptors))}
 	if a.read[fromAddress] {
@@ -116,10 +117,10 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, domain string) (
 		if err != nil {
 			var fe limiter.FieldError
 			if errors.As(err, &fe) {
-				return 0, sc.name(p, &descriptor.Error{Descriptor: k, Entry: -1, Part: "bucket_id",
+				return sc.name(p, &descriptor.Error{Descriptor: k, Entry: -1, Part: "bucket_id",
 					Message: "not a bucket id of limit " + strconv.Quote(m.Rule.Limit) + " (rule " + m.Rule.ID + "): " + fe.Message})
 			}
-			return 0, err
+			return err
 		}
 		d.Match = &matchResult{RuleID: m.Rule.ID, Limit: m.Rule.Limit, BucketID: res.BucketID, Replaced: m.Replaced, Source: res.Source}
 	}
@@ -139,12 +140,12 @@ func (h *Handler) match(w http.ResponseWriter, r *http.Request, domain string) (
 	}
 	body, err := json.Marshal(out)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(body, '\n'))
-	return http.StatusOK, nil
+	x.Header().Set("Content-Type", "application/json")
+	x.WriteHeader(http.StatusOK)
+	_, _ = x.Write(append(body, '\n'))
+	return nil
 }
 
 // sourceValue is the value a made descriptor's source gave.
@@ -160,8 +161,9 @@ func (h *Handler) sourceValue(r *http.Request, a *attributes, s source) (string,
 
 // readCall reads a dry run's body, {"query", "headers": [{"name",
 // "value"}], "peer"}, into the call it describes.
-func readCall(w http.ResponseWriter, r *http.Request) (*http.Request, error) {
-	data, err := input.Read(&http.Request{Body: http.MaxBytesReader(w, r.Body, maxMatchBody), ContentLength: r.ContentLength}, nil)
+func readCall(r *http.Request) (*http.Request, error) {
+	// The edge bounds the body at maxMatchBody.
+	data, err := input.Read(r, nil)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -64,6 +66,8 @@ type env struct {
 	lim    *limiter.Limiter
 	loader *loader.Loader
 	srv    *api.Server
+	// http serves srv's routes through the edge.
+	http   http.Handler
 	gs     *rls.Server
 	reg    *prometheus.Registry
 	client rlsv3.RateLimitServiceClient
@@ -115,14 +119,14 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	reg := prometheus.NewRegistry()
 	tel := telemetry.New(telemetry.Config{Registry: reg, Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
 	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: tel.Front("grpc"), OmitHeaders: o.omitHeaders, Logger: log}
 	if o.noAuth {
 		cfg.Auth = nil
 	}
 	gs := rls.New(cfg)
-	fa := httptest.NewServer(forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"),
-		Clients: clientip.New(clientip.Loopback), Logger: log}))
+	fa := httptest.NewServer(edge.New(edge.Config{Observer: tel.Front("http"), Logger: log},
+		forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"), Clients: clientip.New(clientip.Loopback)}).Routes()...))
 	t.Cleanup(fa.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -149,7 +153,8 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
+	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs,
+		http: edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, srv.Routes()...), reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
 		conn: conn, admin: admin, keeper: keeper, forwardAuth: fa.URL}
 }
 

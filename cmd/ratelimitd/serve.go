@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -99,16 +101,18 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	httpFront := tel.Front("http")
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Observer: httpFront, Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
-		Trace: traces.HTTP,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Now: now, Trace: traces.HTTP})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Now: now})
 	gateways := forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"),
-		Clients: clientip.New(cfg.TrustedProxies), Logger: log, Now: now, Trace: traces.HTTP})
+		Clients: clientip.New(cfg.TrustedProxies), Now: now})
 	hs := &http.Server{
-		Handler:           gateways.Beside(buckets.Beside(srv)),
+		// Every route of every HTTP front is registered with the edge.
+		Handler: edge.New(edge.Config{Observer: httpFront, Logger: log, Trace: traces.HTTP},
+			slices.Concat(buckets.Routes(), gateways.Routes(), srv.Routes())...),
+		MaxHeaderBytes:    edge.ServerHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
