@@ -13,6 +13,7 @@ package forwardauth
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -180,49 +181,50 @@ func (h *Handler) authorize(r *http.Request) error {
 	return err
 }
 
-// planOf returns the plan of a query string, parsed once.
-func (h *Handler) planOf(raw string) (*plan, error) {
-	plans := h.plans.Load()
-	if plans != nil {
-		if p, ok := (*plans)[raw]; ok {
-			return p, nil
-		}
+// cachedPlan returns the plan of a query string parsed before, nil for
+// none: such a query holds no token, which the cache never keeps.
+func (h *Handler) cachedPlan(raw string) *plan {
+	if plans := h.plans.Load(); plans != nil {
+		return (*plans)[raw]
 	}
+	return nil
+}
+
+// planOf parses the plan of a query string that holds no token, and keeps
+// it.
+func (h *Handler) planOf(raw string) (*plan, error) {
 	p, err := parsePlan(raw)
 	if err != nil {
 		return nil, err
 	}
-	if plans == nil || len(*plans) < maxPlans {
-		next := make(map[string]*plan, 1+len(*orEmpty(plans)))
-		for k, v := range *orEmpty(plans) {
-			next[k] = v
+	next := map[string]*plan{}
+	if plans := h.plans.Load(); plans != nil {
+		if len(*plans) >= maxPlans {
+			return p, nil
 		}
-		next[raw] = p
-		// Another call may have added a plan meanwhile: it is parsed
-		// again when next seen.
-		h.plans.Store(&next)
+		next = maps.Clone(*plans)
 	}
+	next[raw] = p
+	// Another call may have added a plan meanwhile: it is parsed again
+	// when next seen.
+	h.plans.Store(&next)
 	return p, nil
-}
-
-func orEmpty(m *map[string]*plan) *map[string]*plan {
-	if m == nil {
-		return &map[string]*plan{}
-	}
-	return m
 }
 
 // decide answers a forward-auth call.
 func (h *Handler) decide(x *edge.Exchange, r *http.Request, domain string, sc *scratch) error {
-	if tokenInQuery(r.URL.RawQuery) {
+	p := h.cachedPlan(r.URL.RawQuery)
+	if p == nil && tokenInQuery(r.URL.RawQuery) {
 		return errTokenInQuery
 	}
 	if err := h.authorize(r); err != nil {
 		return err
 	}
-	p, err := h.planOf(r.URL.RawQuery)
-	if err != nil {
-		return err
+	if p == nil {
+		var err error
+		if p, err = h.planOf(r.URL.RawQuery); err != nil {
+			return err
+		}
 	}
 	snap := h.cfg.Limiter.Snapshot()
 	if snap == nil {

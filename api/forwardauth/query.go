@@ -1,8 +1,10 @@
 package forwardauth
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -144,7 +146,7 @@ func parsePlan(raw string) (*plan, error) {
 }
 
 // sortFields orders field errors by name, so that an answer does not
-// depend on a map's order: d[10] after d[9].
+// depend on a map's order, and d[10] comes after d[9].
 func sortFields(fs []limiter.FieldError) {
 	key := func(f limiter.FieldError) (string, int) {
 		if n, ok := strings.CutPrefix(f.Field, "d["); ok {
@@ -153,16 +155,11 @@ func sortFields(fs []limiter.FieldError) {
 		}
 		return f.Field, -1
 	}
-	for i := 1; i < len(fs); i++ {
-		for j := i; j > 0; j-- {
-			a, ai := key(fs[j-1])
-			b, bi := key(fs[j])
-			if a < b || a == b && ai <= bi {
-				break
-			}
-			fs[j-1], fs[j] = fs[j], fs[j-1]
-		}
-	}
+	slices.SortStableFunc(fs, func(a, b limiter.FieldError) int {
+		an, ai := key(a)
+		bn, bi := key(b)
+		return cmp.Or(strings.Compare(an, bn), cmp.Compare(ai, bi))
+	})
 }
 
 // parseDescriptor reads one d: entries separated by commas, each a named
