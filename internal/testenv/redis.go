@@ -363,8 +363,6 @@ func (s *server) stop() {
 	_ = s.cmd.Wait()
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago;
-// the listeners stay open until all are chosen so that none repeats.
 // FreePort returns a loopback port that was free a moment ago, for a
 // process the test starts. Another process can take it before that one
 // binds it, so the caller tries again on a fresh port when its process
@@ -378,6 +376,8 @@ func FreePort(t testing.TB) int {
 	return ports[0]
 }
 
+// freePorts returns n distinct loopback ports that were free a moment ago;
+// the listeners stay open until all are chosen so that none repeats.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
