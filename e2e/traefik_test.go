@@ -96,7 +96,8 @@ func TestTraefikRequestShape(t *testing.T) {
 		req.RemoteAddr = "198.51.100.7:40000"
 		req.Header.Set("X-Api-Key", tag+"-a")
 		req.Header.Set("Authorization", "Bearer the-client's-own")
-		req.Header.Set("X-Ratelimit-Authorization", "rlt_from_the_client")
+		req.Header.Set("X-Ratelimit-Authorization", "Bearer rlt_from_the_client")
+		req.Header.Set("X-Ratelimit-Degraded", "true")
 		req.Header.Set("X-Original-Uri", "/not/"+tag)
 		return req
 	}
@@ -114,8 +115,9 @@ func TestTraefikRequestShape(t *testing.T) {
 				t.Errorf("request %d for the application carries a token: %v", i, req.Header)
 			}
 			if req.Header.Get("RateLimit") == "" || req.Header.Get("RateLimit-Policy") == "" ||
-				req.Header.Get("Authorization") != "Bearer the-client's-own" || req.Header.Get("X-Original-Uri") != "" {
-				t.Errorf("request %d for the application: %v, want ratelimitd's RateLimit headers, the client's Authorization and no X-Original-Uri", i, req.Header)
+				req.Header.Get("Authorization") != "Bearer the-client's-own" ||
+				req.Header.Get("X-Original-Uri") != "" || req.Header.Get("X-Ratelimit-Degraded") != "" {
+				t.Errorf("request %d for the application: %v, want ratelimitd's RateLimit headers, the client's Authorization, and no X-Original-Uri or X-Ratelimit-Degraded", i, req.Header)
 			}
 			continue
 		}
