@@ -101,6 +101,10 @@
 # Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
 # ceiling speaks only that.
 #
+# The scenario "nginx" has a table of its own, after this one: requests
+# through nginx alone, with its limit_req, and asking ratelimitd with
+# auth_request from deploy/gateways (scripts/bench-nginx.sh says how).
+#
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
 #   BENCH_THREADS      wrk threads                            2
@@ -108,7 +112,7 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
-#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa"
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx"
 #                      (also 3-denied)
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
 #   BENCH_GRPC_STREAMS      h2load streams per connection     32
@@ -137,7 +141,7 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx}
 REDIS_URL=${BENCH_REDIS_URL:-}
 GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
 GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
@@ -150,7 +154,7 @@ CEILING_WAIT=${BENCH_CEILING_WAIT:-200us}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
 for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
 	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
@@ -164,6 +168,14 @@ has_scenario() {
 
 need_wrk
 build
+# The nginx scenario runs after the others' table, from its own file.
+NGINX=
+if has_scenario nginx; then
+	command -v nginx >/dev/null && command -v envsubst >/dev/null ||
+		die "nginx and envsubst are needed for the nginx runs: install them with 'apt-get install nginx gettext-base' (Debian, Ubuntu), or leave nginx out of BENCH_SCENARIOS"
+	NGINX=1
+	SCENARIOS=$(sed 's/\(^\| \)nginx\( \|$\)/ /' <<<"$SCENARIOS")
+fi
 if { has_scenario h2c || has_scenario grpc; } && ! command -v h2load >/dev/null; then
 	die "h2load is needed for the h2c and grpc runs: install it with 'apt-get install nghttp2-client' (Debian, Ubuntu) or 'brew install nghttp2' (macOS), or leave them out of BENCH_SCENARIOS"
 fi
@@ -485,4 +497,5 @@ echo "each round:"
 	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
 	awk -F'\t' -v OFS='\t' '{print $1, $2, $3, $12, $6, $10, $8}' "$RESULTS"
 } | column -t -s $'\t'
+[ -z "$NGINX" ] || . "$(dirname "$0")/bench-nginx.sh"
 exit $status
