@@ -49,7 +49,7 @@ type options struct {
 	// gogc is GOGC; unset when empty, whatever the tests' environment
 	// says, so that every process runs as a default install does.
 	gogc string
-	// env are further VAR=value settings, after the ones above.
+	// env holds further settings (KEY=value), after the others.
 	env []string
 }
 

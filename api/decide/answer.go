@@ -1,10 +1,9 @@
 package decide
 
 import (
-	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -63,11 +62,9 @@ type scratch struct {
 	lease  lease
 	leased *lease
 	out    []byte
-	// header holds the values of the answer's headers end to end, the
-	// request id first, and marks where each ends, so that setHeaders
-	// sets them all with one string and one slice.
-	header []byte
-	marks  []headerMark
+	// x is the request's passage through the edge, which holds the
+	// answer's headers.
+	x *edge.Exchange
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -83,47 +80,14 @@ const (
 	maxLimitName = 64
 )
 
-func (sc *scratch) reset() {
+func (sc *scratch) reset(x *edge.Exchange) {
 	if cap(sc.body) > maxPooledBody {
 		sc.body = nil
 	}
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
-	sc.body, sc.reqs, sc.out, sc.header, sc.marks = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0], sc.marks[:0]
-}
-
-// headerMark ends the value of a header in scratch.header.
-type headerMark struct {
-	// key is in canonical form: setHeaders sets it as it is.
-	key string
-	end int
-}
-
-// mark ends the value of header key, whose text was just appended to
-// sc.header.
-func (sc *scratch) mark(key string) {
-	sc.marks = append(sc.marks, headerMark{key: key, end: len(sc.header)})
-}
-
-// keepRequestID drops the headers marked after the request id.
-func (sc *scratch) keepRequestID() {
-	sc.header, sc.marks = sc.header[:sc.marks[0].end], sc.marks[:1]
-}
-
-// setHeaders sets the marked headers in h and returns the first one's
-// value, the request id. Each value is a slice of its own capacity, so
-// that adding to one header cannot overwrite another.
-func (sc *scratch) setHeaders(h http.Header) (requestID string) {
-	all := string(sc.header)
-	values := make([]string, len(sc.marks))
-	start := 0
-	for i, m := range sc.marks {
-		values[i] = all[start:m.end]
-		h[m.key] = values[i : i+1 : i+1]
-		start = m.end
-	}
-	return values[0]
+	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
 }
 
 // intern returns b as a string, without allocating when it was seen before.
@@ -203,62 +167,4 @@ func millis(d time.Duration) int64 {
 		return -1
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// seconds converts a duration into whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// quotaUnit maps a decision's unit to the RateLimit-Policy header's qu,
-// "" when the header is to have none. The draft defines requests (its
-// default, so never sent), content-bytes and concurrent-requests: a
-// limit in bytes counts content bytes, and a concurrency limit that counts
-// requests counts concurrent ones. Any other unit, tokens for one, has
-// no name there: the header then leaves it out rather than send a value
-// clients cannot know, and the answer's unit says what the quota counts.
-func quotaUnit(d *limiter.Decision) string {
-	switch {
-	case d.Kind == limiter.KindConcurrency && d.Unit == limiter.DefaultUnit:
-		return "concurrent-requests"
-	case d.Kind != limiter.KindConcurrency && (d.Unit == "bytes" || d.Unit == "content-bytes"):
-		return "content-bytes"
-	}
-	return ""
-}
-
-// appendRateLimit adds RateLimit-Policy and RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
-// bucket to the answer's headers, and Retry-After when the answer is a
-// denial that a retry can overcome; an acquire's are a spend's.
-func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
-	if i := res.MostRestrictive(op); i >= 0 {
-		d := &res.Decisions[i]
-		// In whole seconds, rounded up; the draft wants a positive window.
-		window := max(1, seconds(d.PolicyWindow()))
-		b := append(sc.header, '"')
-		b = append(b, d.Limit...)
-		b = append(b, `";q=`...)
-		b = strconv.AppendInt(b, d.Params.Burst, 10)
-		if qu := quotaUnit(d); qu != "" {
-			b = append(b, `;qu="`...)
-			b = append(b, qu...)
-			b = append(b, '"')
-		}
-		b = append(b, ";w="...)
-		sc.header = strconv.AppendInt(b, window, 10)
-		// The canonical keys, which setHeaders sets as they are.
-		sc.mark("Ratelimit-Policy")
-		b = append(sc.header, '"')
-		b = append(b, d.Limit...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		b = append(b, ";t="...)
-		sc.header = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
-		sc.mark("Ratelimit")
-	}
-	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
-		sc.header = strconv.AppendInt(sc.header, seconds(res.RetryAfter), 10)
-		sc.mark("Retry-After")
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +25,11 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/edge"
+	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
@@ -61,12 +66,17 @@ type env struct {
 	lim    *limiter.Limiter
 	loader *loader.Loader
 	srv    *api.Server
+	// http serves srv's routes through the edge.
+	http   http.Handler
 	gs     *rls.Server
 	reg    *prometheus.Registry
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	admin  string
 	keeper *auth.Keeper
+	// forwardAuth is the URL of the forward-auth route over the same
+	// Limiter, for comparing the two fronts.
+	forwardAuth string
 }
 
 func newEnv(t testing.TB, eng engine, o envOptions) *env {
@@ -109,12 +119,15 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	reg := prometheus.NewRegistry()
 	tel := telemetry.New(telemetry.Config{Registry: reg, Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
 	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: tel.Front("grpc"), OmitHeaders: o.omitHeaders, Logger: log}
 	if o.noAuth {
 		cfg.Auth = nil
 	}
 	gs := rls.New(cfg)
+	fa := httptest.NewServer(edge.New(edge.Config{Observer: tel.Front("http"), Logger: log},
+		forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"), Clients: clientip.New(clientip.Loopback)}).Routes()...))
+	t.Cleanup(fa.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +153,9 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
-		conn: conn, admin: admin, keeper: keeper}
+	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs,
+		http: edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, srv.Routes()...), reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
+		conn: conn, admin: admin, keeper: keeper, forwardAuth: fa.URL}
 }
 
 // limit creates a limit and waits until the snapshot holds it.

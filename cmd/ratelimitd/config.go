@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
 
@@ -67,6 +69,7 @@ var settings = []setting{
 	{env: "RATELIMIT_GRPC_RESPONSE_HEADERS", flag: "grpc-response-headers", def: "on", usage: "on: the RateLimit, RateLimit-Policy and Retry-After headers in response_headers_to_add; off: none, as envoyproxy/ratelimit unless asked"},
 	{env: "RATELIMIT_GRPC_TLS_CERT", flag: "grpc-tls-cert", def: "", usage: "PEM certificate file of the gRPC listener; with the key, it serves TLS"},
 	{env: "RATELIMIT_GRPC_TLS_KEY", flag: "grpc-tls-key", def: "", usage: "PEM private key file of the gRPC listener"},
+	{env: "RATELIMIT_TRUSTED_PROXIES", flag: "trusted-proxies", def: "127.0.0.0/8, ::1", usage: "CIDRs or addresses of the proxies whose X-Forwarded-For and X-Real-IP are believed (forward auth); empty trusts none", emptyOff: true},
 	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
 }
 
@@ -101,21 +104,25 @@ type config struct {
 	// GRPCResponseHeaders is false for RATELIMIT_GRPC_RESPONSE_HEADERS=off.
 	GRPCResponseHeaders     bool
 	GRPCTLSCert, GRPCTLSKey string
+	// TrustedProxies are the proxies whose forwarding headers are
+	// believed; empty trusts none.
+	TrustedProxies []netip.Prefix
 
 	// raw holds every value as given, for logging.
 	raw map[string]string
 }
 
 // loadConfig reads the settings from flags (registered on fs and parsed
-// from args), then the environment, then the defaults, and validates all
-// of them, reporting every bad one at once. It returns the arguments left
-// after the flags.
+// from args, before or after the positional arguments), then the
+// environment, then the defaults, and validates all of them, reporting
+// every bad one at once. It returns the positional arguments.
 func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*config, []string, error) {
 	flags := make(map[string]*string, len(settings))
 	for _, s := range settings {
-		flags[s.flag] = fs.String(s.flag, "", s.usage+" ($"+s.env+", default "+strconv.Quote(s.def)+")")
+		flags[s.flag] = fs.String(s.flag, "", s.help())
 	}
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseArgs(fs, args)
+	if err != nil {
 		return nil, nil, err
 	}
 	set := map[string]bool{}
@@ -209,13 +216,21 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	default:
 		bad("RATELIMIT_GRPC_RESPONSE_HEADERS", "want on or off, got %q", raw["RATELIMIT_GRPC_RESPONSE_HEADERS"])
 	}
+	if c.TrustedProxies, err = clientip.ParsePrefixes(raw["RATELIMIT_TRUSTED_PROXIES"]); err != nil {
+		bad("RATELIMIT_TRUSTED_PROXIES", "%v", err)
+	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		bad("RATELIMIT_GRPC_TLS_CERT", "give both a certificate and a key (RATELIMIT_GRPC_TLS_KEY), or neither")
 	}
 	if len(errs) > 0 {
 		return nil, nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
-	return c, fs.Args(), nil
+	return c, rest, nil
+}
+
+// help is the setting's line in -h: what it is, its variable, its default.
+func (s setting) help() string {
+	return s.usage + " ($" + s.env + ", default " + strconv.Quote(s.def) + ")"
 }
 
 // value picks a setting's value: the flag, the variable, the file named by

@@ -9,16 +9,19 @@ import {
   $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, reportProblem,
   showFieldErrors, showProblem, showSort,
 } from './dom.js';
-import { allowance, duration, localTime, sortNames, sortOf, utcTime } from './format.js';
+import {
+  allowance, counted, duration, kindName, localTime, sortOf, unitFor, utcTime,
+} from './format.js';
 import * as limits from './limits.js';
 import * as overrides from './overrides.js';
+import * as tryRequest from './tryrequest.js';
 
 // The token lives in sessionStorage: it survives a reload of the tab and
 // is gone when the tab closes. It is never put in a URL or a cookie.
 const TOKEN_KEY = 'ratelimitd.admin.token';
 
 // session is what the page knows after sign-in.
-const session = { client: null, me: null, limits: [] };
+const session = { client: null, me: null, limits: [], rules: [] };
 
 // Whether a scope may change overrides, as the API documents it; every
 // scope may look buckets up. Only admins change limits.
@@ -68,9 +71,10 @@ async function signIn(token) {
 
 function signOut(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
-  Object.assign(session, { client: null, me: null, limits: [] });
+  Object.assign(session, { client: null, me: null, limits: [], rules: [] });
   for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
   overrides.stop();
+  tryRequest.clear();
   clearLookup();
   $('#lookup-form').reset();
   showLookupBy('bucket');
@@ -127,6 +131,7 @@ async function loadRules() {
     fill(row, 'limit', ...breakable(r.limit));
     return row;
   });
+  session.rules = rules;
   $('#rules-table tbody').replaceChildren(...rows);
   $('#rules-empty').hidden = rows.length > 0;
 }
@@ -155,7 +160,7 @@ function renderLimits() {
     row.dataset.limit = l.name;
     fill(row, 'name', ...breakable(l.name));
     fill(row, 'description', l.description);
-    fill(row, 'kind', sortNames[sortOf(l)]);
+    fill(row, 'kind', kindName(l));
     fill(row, 'id-format', l.id_format);
     fill(row, 'defaults', allowance(l, l));
     fill(row, 'shadow', l.shadow ? 'Yes: never denies' : 'No');
@@ -285,12 +290,12 @@ function showDecision(result, limit, rule = null) {
   $('#lk-used').textContent = exempt ? notCounted
     : `Used ${used} of ${d.count} ${thisWindow}, resets in ${duration(d.reset_after_ms)}`;
   $('#lk-remaining').textContent = String(d.remaining);
-  $('#lk-unit').textContent = d.unit;
+  $('#lk-unit').textContent = unitFor(d.remaining, d.unit);
   // A settle that charged more than was left puts a bucket into debt;
   // spends are denied until the refill, or a quota's next window, has
   // paid it off.
   $('#lk-debt').textContent = d.debt > 0
-    ? `${d.debt} ${d.unit} owed: spends are denied until ${sort === 'quota' ? 'the window ends' : 'it is paid off'}`
+    ? `${counted(d.debt, d.unit)} owed: spends are denied until ${sort === 'quota' ? 'the window ends' : 'it is paid off'}`
     : 'None';
   $('#lk-burst').textContent = capacity[sort](d);
   const full = $('#lk-reset-at');
@@ -311,9 +316,9 @@ function showDecision(result, limit, rule = null) {
   $('#lk-reset').hidden = !mayManage(scope);
   $('#lk-grant').hidden = !mayManage(scope) || d.source !== 'default';
   $('#lookup-result').hidden = false;
-  let state = `${d.remaining} ${d.unit} of ${d.burst} remaining`;
-  if (!exempt && sort === 'concurrency') state = `${d.held} of ${d.burst} held, ${d.remaining} ${d.unit} remaining`;
-  if (!exempt && sort === 'quota') state = `used ${used} of ${d.count} ${thisWindow}, ${d.remaining} ${d.unit} remaining`;
+  let state = `${counted(d.remaining, d.unit)} of ${d.burst} remaining`;
+  if (!exempt && sort === 'concurrency') state = `${d.held} of ${d.burst} held, ${counted(d.remaining, d.unit)} remaining`;
+  if (!exempt && sort === 'quota') state = `used ${used} of ${d.count} ${thisWindow}, ${counted(d.remaining, d.unit)} remaining`;
   $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${state}` + (d.debt > 0 ? `, ${d.debt} owed.` : '.');
 }
 
@@ -348,6 +353,7 @@ function init() {
   initDialogs();
   limits.init({ session, reloadLimits: loadLimits });
   overrides.init({ session, lookUp: lookUpFromCard, reloadLimits: loadLimits });
+  tryRequest.init({ session, rules: () => session.rules });
 
   $('#token-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
