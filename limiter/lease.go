@@ -205,7 +205,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 		// answer as any lease's do.
 		acquired, err = l.store.Acquire(ctx, now, &rec, batch)
 		if err != nil {
-			l.leaseFailed(err)
+			l.health(err)
 			res, err := l.storeFailed(decisions, pos, err)
 			if err != nil {
 				return LeaseResult{}, err
@@ -217,7 +217,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
 		if err := l.store.Held(ctx, now, batch); err != nil {
-			l.leaseFailed(err)
+			l.health(err)
 			return LeaseResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		LeaseStep(nowUS, 0, batch)
@@ -378,7 +378,7 @@ func (l *Limiter) Release(ctx context.Context, id string) (bool, error) {
 	case errors.Is(err, ErrLeaseNotFound):
 		return false, nil
 	case err != nil:
-		l.leaseFailed(err)
+		l.health(err)
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l.observeLeaseKeys(LeaseReleased, rec.Keys)
@@ -417,17 +417,9 @@ func (l *Limiter) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	case errors.As(err, &verr), errors.Is(err, ErrLeaseNotFound):
 		return Lease{}, err
 	case err != nil:
-		l.leaseFailed(err)
+		l.health(err)
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l.observeLeaseKeys(LeaseRenewed, rec.Keys)
 	return Lease{ID: id, Expires: time.UnixMicro(expires)}, nil
-}
-
-// leaseFailed keeps the store's health as callStore does.
-func (l *Limiter) leaseFailed(err error) {
-	l.storeErrors.Add(1)
-	if !l.storeDown.Swap(true) {
-		l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
-	}
 }
