@@ -217,7 +217,7 @@ func (sc *scratch) key(i int) []byte {
 // naming every bad field; a failing store gives an error wrapping
 // ErrUnavailable, unless the Limiter fails open.
 func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decision) (Result, error) {
-	if !op.decides() {
+	if !op.Decides() {
 		return Result{}, fmt.Errorf("unknown operation %d", op)
 	}
 	snap := l.snap.Load()

@@ -30,8 +30,9 @@ type Call struct {
 	Err      error
 }
 
-// decides reports whether op is one of Decide's operations.
-func (op Op) decides() bool { return op == Check || op == Spend || op == Refund || op == Settle }
+// Decides reports whether op is one of Decide's: Check, Spend, Refund or
+// Settle.
+func (op Op) Decides() bool { return op == Check || op == Spend || op == Refund || op == Settle }
 
 // DecideMany answers many independent requests, each exactly as its single
 // method would: all or nothing on its own, refused or failed on its own,
@@ -49,7 +50,7 @@ func (op Op) decides() bool { return op == Check || op == Spend || op == Refund 
 func (l *Limiter) DecideMany(ctx context.Context, calls []Call, dst []Decision) []Decision {
 	n := 0
 	for i := range calls {
-		if calls[i].Op.decides() {
+		if calls[i].Op.Decides() {
 			n += len(calls[i].Requests)
 		}
 	}
@@ -67,7 +68,7 @@ func (l *Limiter) DecideMany(ctx context.Context, calls []Call, dst []Decision) 
 	for i := range calls {
 		c := &calls[i]
 		c.Result, c.Lease, c.Released, c.Err = Result{}, nil, false, nil
-		if !c.Op.decides() {
+		if !c.Op.Decides() {
 			continue
 		}
 		d := decisions[off : off+len(c.Requests) : off+len(c.Requests)]
@@ -108,7 +109,7 @@ func (l *Limiter) DecideMany(ctx context.Context, calls []Call, dst []Decision) 
 		c := &calls[i]
 		switch {
 		case c.Err != nil:
-		case c.Op.decides():
+		case c.Op.Decides():
 			var err error
 			if b := m.batch[i]; b >= 0 {
 				err = m.batches[b].Err

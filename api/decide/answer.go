@@ -68,6 +68,14 @@ type scratch struct {
 	// sets them all with one string and one slice.
 	header []byte
 	marks  []headerMark
+	// calls are the requests of /v1/decisions that its Limiter decides;
+	// ends[i] is where calls[i]'s buckets end in reqs. slots are the
+	// requests in body order: k >= 0 for calls[k], -1-k for refused[k],
+	// the problem of a request refused before a decision.
+	calls   []limiter.Call
+	ends    []int
+	slots   []int
+	refused []error
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -78,7 +86,9 @@ type scratch struct {
 // or unusual request does not pin its memory.
 const (
 	maxPooledBody = 64 << 10
-	maxInterned   = 256
+	// maxPooledItems bounds the buckets, decisions and requests kept.
+	maxPooledItems = 4096
+	maxInterned    = 256
 	// maxLimitName is the longest limit name (limiter.NameProblem).
 	maxLimitName = 64
 )
@@ -90,7 +100,14 @@ func (sc *scratch) reset() {
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
+	if cap(sc.reqs) > maxPooledItems || cap(sc.decisions) > maxPooledItems || cap(sc.calls) > maxPooledItems {
+		sc.reqs, sc.decisions, sc.calls = nil, nil, nil
+	}
 	sc.body, sc.reqs, sc.out, sc.header, sc.marks = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0], sc.marks[:0]
+	// Calls hold leases and errors: dropped, not kept.
+	clear(sc.calls)
+	clear(sc.refused)
+	sc.calls, sc.ends, sc.slots, sc.refused = sc.calls[:0], sc.ends[:0], sc.slots[:0], sc.refused[:0]
 }
 
 // headerMark ends the value of a header in scratch.header.

@@ -265,7 +265,7 @@ func TestManyJoinsTheCallsInFlight(t *testing.T) {
 	held := g.fill(t, func() error { return errOf(s.Apply(ctx, limiter.Check, now, batchOf("1:held"))) })
 	before, wg := queueCalls(t, s, now, []limiter.Bucket{bucketOf("1:x", two, 1)})
 	batches := []limiter.Batch{
-		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("1:x", two, 1)}},                         // the second token of 1:x
+		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("1:x", two, 1)}},                          // the second token of 1:x
 		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("2:y", two, 1), bucketOf("1:x", two, 1)}}, // denied by 1:x: 2:y untouched
 		{Op: limiter.Refund, Buckets: []limiter.Bucket{bucketOf("1:x", two, 1)}},
 		{Op: limiter.Check, Buckets: []limiter.Bucket{bucketOf("1:x", two, 0), bucketOf("2:y", two, 0)}},
