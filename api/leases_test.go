@@ -432,6 +432,11 @@ func testHostileLeaseBodies(t *testing.T, e *env) {
 			}
 		})
 	}
+	// The errors the Limiter finds come in body order too.
+	p := e.do("POST", "/v1/acquire", e.admin, `{"buckets":[{"limit":"Nope","bucket_id":"d","cost":0}]}`).expect(t, 422).problem(t)
+	if len(p.Errors) != 2 || p.Errors[0].Field != "buckets[0].limit" || p.Errors[1].Field != "buckets[0].cost" {
+		t.Errorf("errors %+v, want buckets[0].limit then buckets[0].cost", p.Errors)
+	}
 	// Nothing was held or freed: the one lease still holds its unit.
 	if r, _ := e.decided("check", e.admin, bucket("Calls", "d", 0)); held(t, r.Decisions[0]) != 1 {
 		t.Errorf("held %+v", r.Decisions[0])

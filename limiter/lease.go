@@ -323,16 +323,19 @@ func (l *Limiter) resolveLeases(snap *Snapshot, reqs []Request, now time.Time, d
 	maxTTL := MaxLeasePeriod
 	for i, req := range reqs {
 		field := func(name string) string { return "buckets[" + strconv.Itoa(i) + "]" + name }
+		r, key, err := snap.resolve(nil, req.Limit, req.BucketID, now.UnixMicro())
+		var fe FieldError
+		if err != nil && !errors.As(err, &fe) {
+			return nil, nil, 0, err
+		}
+		// In body order: the limit or bucket id, then the cost.
+		if err != nil {
+			ve.Add(field("."+fe.Field), fe.Message)
+		}
 		if req.Cost < 1 {
 			ve.Add(field(".cost"), "must be at least 1 to acquire; check inspects a bucket")
 		}
-		r, key, err := snap.resolve(nil, req.Limit, req.BucketID, now.UnixMicro())
 		if err != nil {
-			var fe FieldError
-			if !errors.As(err, &fe) {
-				return nil, nil, 0, err
-			}
-			ve.Add(field("."+fe.Field), fe.Message)
 			continue
 		}
 		if r.Limit.KindOf() != KindConcurrency {
