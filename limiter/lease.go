@@ -328,25 +328,27 @@ func (l *Limiter) resolveLeases(snap *Snapshot, reqs []Request, now time.Time, d
 		if err != nil && !errors.As(err, &fe) {
 			return nil, nil, 0, err
 		}
-		// In body order: the limit or bucket id, then the cost.
-		if err != nil {
+		// What is wrong with the bucket comes before what is wrong with
+		// its cost, as in the body.
+		bad := len(ve.Fields)
+		switch {
+		case err != nil:
 			ve.Add(field("."+fe.Field), fe.Message)
+		case r.Limit.KindOf() != KindConcurrency:
+			ve.Add(field(".limit"), "is a rate limit; acquire takes concurrency limits only")
+		default:
+			keys[i] = key
+			for j := range i {
+				if string(keys[j]) == string(key) {
+					ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
+				}
+			}
 		}
 		if req.Cost < 1 {
 			ve.Add(field(".cost"), "must be at least 1 to acquire; check inspects a bucket")
 		}
-		if err != nil {
+		if len(ve.Fields) > bad {
 			continue
-		}
-		if r.Limit.KindOf() != KindConcurrency {
-			ve.Add(field(".limit"), "is a rate limit; acquire takes concurrency limits only")
-			continue
-		}
-		keys[i] = key
-		for j := range i {
-			if string(keys[j]) == string(key) {
-				ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
-			}
 		}
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow, d.Unit = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow, r.Limit.Counts()
