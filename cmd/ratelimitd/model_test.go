@@ -147,6 +147,9 @@ const (
 	opAcquire
 	opRelease
 	opRenew
+	// opMany sends its operations in one request to /v1/decisions
+	// (model_many_test.go).
+	opMany
 )
 
 // bucketOp is one bucket of a decision or a reset.
@@ -198,6 +201,8 @@ type op struct {
 	// their ttl_ms, -1 to leave it out.
 	lease string
 	ttlMS int64
+	// many are the operations of an opMany.
+	many []op
 }
 
 func (o *op) String() string {
@@ -286,6 +291,8 @@ func (o *op) String() string {
 			s += fmt.Sprintf(" ttl_ms %d", o.ttlMS)
 		}
 		return s
+	case opMany:
+		return manyString(o)
 	}
 	return "?"
 }
@@ -447,6 +454,9 @@ func (g *generator) expiry() time.Duration {
 
 func (g *generator) next() op {
 	if o, ok := g.nextKinds(); ok {
+		return o
+	}
+	if o, ok := g.nextMany(); ok {
 		return o
 	}
 	r := g.r
@@ -958,6 +968,8 @@ func (d *driver) do(o *op) answer {
 		}
 		wg.Wait()
 		return answer{race: answers}
+	case opMany:
+		return d.doMany(o)
 	}
 	return d.doKinds(o)
 }
