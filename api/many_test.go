@@ -350,6 +350,16 @@ func TestHostileManyBodies(t *testing.T) {
 				if r, _ := e.decided("check", e.admin, bucket("Calls", "bad", 0)); held(t, r.Decisions[0]) != 0 {
 					t.Errorf("a refused acquire holds: %+v", r.Decisions[0])
 				}
+				// The edge bounds the header block of this route as of every
+				// other: a 431 problem, and nothing spent. (openapi.yaml
+				// states the 431 among its conventions, for every route.)
+				raw := *e
+				raw.client = http.DefaultClient
+				raw.do("POST", "/v1/decisions", e.admin, `{"requests":[`+ok+`]}`, "X-Padding", strings.Repeat("x", 70<<10)).
+					expect(t, http.StatusRequestHeaderFieldsTooLarge).problem(t)
+				if r, _ := e.decided("check", e.admin, bucket("Named", "ok", 0)); r.Decisions[0].Remaining != 5000-spent {
+					t.Errorf("a refused header block spent: %+v", r.Decisions[0])
+				}
 			})
 		}
 	}

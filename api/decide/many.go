@@ -51,11 +51,15 @@ func (h *Handler) decisions(w http.ResponseWriter, r *http.Request, sc *scratch)
 		if i > 0 {
 			b = append(b, ',')
 		}
+		var err error
 		if k < 0 {
-			b = h.appendProblem(r, sc, b, sc.refused[-1-k])
-			continue
+			b, err = appendProblem(sc, b, sc.refused[-1-k])
+		} else {
+			b, err = h.appendResult(sc, b, &sc.calls[k])
 		}
-		b = h.appendResult(r, sc, b, &sc.calls[k])
+		if err != nil {
+			return err
+		}
 	}
 	sc.out = append(b, "]}\n"...)
 	sc.answer(w)
@@ -64,21 +68,21 @@ func (h *Handler) decisions(w http.ResponseWriter, r *http.Request, sc *scratch)
 
 // appendResult appends the answer of a decided request to b: what its
 // route answers, or its problem.
-func (h *Handler) appendResult(r *http.Request, sc *scratch, b []byte, c *limiter.Call) []byte {
+func (h *Handler) appendResult(sc *scratch, b []byte, c *limiter.Call) ([]byte, error) {
 	err := c.Err
 	switch c.Op {
 	case limiter.Check, limiter.Spend, limiter.Refund, limiter.Settle:
 		if err == nil {
-			return h.appendDecision(sc, b, c.Op, c.Requests, c.Result)
+			return h.appendDecision(sc, b, c.Op, c.Requests, c.Result), nil
 		}
 	case limiter.Acquire:
 		if err == nil {
-			return h.appendAcquired(sc, b, limiter.LeaseResult{Result: c.Result, Lease: c.Lease})
+			return h.appendAcquired(sc, b, limiter.LeaseResult{Result: c.Result, Lease: c.Lease}), nil
 		}
 	case limiter.Release:
 		var out []byte
 		if out, err = h.appendReleased(b, c.Released, err); err == nil {
-			return out
+			return out, nil
 		}
 	case limiter.Renew:
 		var l limiter.Lease
@@ -87,27 +91,32 @@ func (h *Handler) appendResult(r *http.Request, sc *scratch, b []byte, c *limite
 		}
 		var out []byte
 		if out, err = h.appendRenewed(sc, b, c.LeaseID, c.TTL, l, err); err == nil {
-			return out
+			return out, nil
 		}
 	}
-	return h.appendProblem(r, sc, b, err)
+	return appendProblem(sc, b, err)
 }
 
 // appendProblem appends {"problem": ...} with the problem of err to b, as
-// the request's route would write it, with the call's request id.
-func (h *Handler) appendProblem(r *http.Request, sc *scratch, b []byte, err error) []byte {
-	p, body := h.problemOf(r, routeDecisions, string(sc.header[:sc.marks[0].end]), err)
+// the request's route would word it, with the call's request id. An error
+// no route words is a bug of ours: it is returned, for the edge to answer
+// the whole call with a 500 and log.
+func appendProblem(sc *scratch, b []byte, err error) ([]byte, error) {
+	p := &problem.Problem{RequestID: sc.x.RequestID()}
+	body, ok := problem.From(err, p)
+	if !ok {
+		return b, err
+	}
 	problem.Complete(p)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(body); err != nil {
-		// A problem is plain data: this cannot happen.
-		panic(err)
+		return b, err
 	}
 	b = append(b, `{"problem":`...)
 	b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-	return append(b, '}')
+	return append(b, '}'), nil
 }
 
 // decodeManyFast reads the common form of a body of /v1/decisions into
