@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -224,5 +227,56 @@ func TestDecideManyRefundBeforeACachedDenial(t *testing.T) {
 	f.l.DecideMany(context.Background(), calls, nil)
 	if c := calls[1]; c.Err != nil || !c.Result.Allowed {
 		t.Fatalf("the spend after the refund: %+v", c)
+	}
+}
+
+// TestDecideManyTracedAndObserved: the one store call of DecideMany is
+// traced and timed once, under the operation its batches share, or Mixed,
+// naming each limit once.
+func TestDecideManyTracedAndObserved(t *testing.T) {
+	type call struct {
+		op      limiter.Op
+		limits  []string
+		allowed bool
+		timed   bool
+	}
+	var calls []call
+	trace := func(ctx context.Context, op limiter.Op, limits []string) (context.Context, func(bool, error)) {
+		i := len(calls)
+		calls = append(calls, call{op: op, limits: limits})
+		return ctx, func(allowed bool, _ error) { calls[i].allowed = allowed }
+	}
+	observe := func(op limiter.Op, _ time.Duration, _ error) {
+		if n := len(calls); n == 0 || calls[n-1].op != op || calls[n-1].timed {
+			t.Errorf("a store call of %s timed but not traced: %+v", op, calls)
+		} else {
+			calls[n-1].timed = true
+		}
+	}
+	f := newFixture(t, limiter.Config{}, manySnapshot(t))
+	f.l = limiter.New(limiter.Config{Store: f.store, Now: func() time.Time { return f.now }, TraceStore: trace, ObserveStore: observe,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.l.SetSnapshot(manySnapshot(t))
+	spends := []limiter.Call{
+		{Op: limiter.Spend, Requests: []limiter.Request{req("NewOrdersPerAccount", "1", 1), req("MailsPerAddress", "a@example.com", 1)}},
+		{Op: limiter.Spend, Requests: []limiter.Request{req("NewOrdersPerAccount", "2", 1)}},
+	}
+	f.l.DecideMany(context.Background(), spends, nil)
+	mixed := []limiter.Call{
+		{Op: limiter.Check, Requests: []limiter.Request{req("NewOrdersPerAccount", "1", 1)}},
+		{Op: limiter.Spend, Requests: []limiter.Request{req("NewOrdersPerAccount", "5", 3)}},
+	}
+	f.l.DecideMany(context.Background(), mixed, nil)
+	want := []call{
+		{op: limiter.Spend, limits: []string{"NewOrdersPerAccount", "MailsPerAddress"}, allowed: true, timed: true},
+		{op: limiter.Mixed, limits: []string{"NewOrdersPerAccount"}, allowed: false, timed: true},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("store calls %+v, want %+v", calls, want)
+	}
+	for i := range want {
+		if c := calls[i]; c.op != want[i].op || !slices.Equal(c.limits, want[i].limits) || c.allowed != want[i].allowed || !c.timed {
+			t.Errorf("call %d: %+v, want %+v", i, c, want[i])
+		}
 	}
 }
