@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -33,7 +34,8 @@ type Server struct {
 	// Gate, when not nil, holds every request until it is closed or a
 	// value is sent on it.
 	Gate chan struct{}
-	// Arrived receives a value for each request, before the gate.
+	// Arrived receives a value for each request, before the gate, while
+	// it has room (100,000).
 	Arrived chan struct{}
 	// Fault, when not nil, may answer a request instead of the model,
 	// and reports whether it did.
@@ -56,12 +58,28 @@ type Server struct {
 // New starts a fake of the limits given (name -> burst), closed when the
 // test ends. Set Gate and Fault before the first request.
 func New(t testing.TB, bursts map[string]int64) *Server {
-	s := &Server{t: t, bursts: bursts, taken: map[string]int64{}, leases: map[string]map[string]int64{},
+	s := Start(bursts)
+	s.t = t
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// Start starts a fake of the limits given for an example, which has no
+// test to fail: a request the fake cannot read panics. Close it after.
+func Start(bursts map[string]int64) *Server {
+	s := &Server{bursts: bursts, taken: map[string]int64{}, leases: map[string]map[string]int64{},
 		ops: map[string]int{}, Arrived: make(chan struct{}, 100000)}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
-	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// errorf fails the test, or panics in an example.
+func (s *Server) errorf(format string, args ...any) {
+	if s.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	s.errorf(format, args...)
 }
 
 // Close stops the fake: its address then refuses connections.
@@ -166,7 +184,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.inFlight--
 		s.mu.Unlock()
 	}()
-	s.Arrived <- struct{}{}
+	select {
+	case s.Arrived <- struct{}{}:
+	default:
+	}
 	if s.Gate != nil {
 		select {
 		case <-s.Gate:
@@ -183,12 +204,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		s.t.Errorf("the fake cannot read the request: %v", err)
+		s.errorf("the fake cannot read the request: %v", err)
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	if len(body.Requests) == 0 || len(body.Requests) > 1000 {
-		s.t.Errorf("a request of %d calls", len(body.Requests))
+		s.errorf("a request of %d calls", len(body.Requests))
 	}
 	s.mu.Lock()
 	s.requests++
@@ -201,7 +222,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	out, err := json.Marshal(map[string]any{"results": results})
 	if err != nil {
-		s.t.Error(err)
+		s.errorf("%v", err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out)
