@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -39,28 +38,9 @@ func requireMedia(types ...string) echo.MiddlewareFunc {
 	}
 }
 
-// limitBody bounds the request body; reading past n fails with a 413.
-func limitBody(n int64) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if c.Request().ContentLength > n {
-				return problem.TooLarge(n)
-			}
-			c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, n)
-			return next(c)
-		}
-	}
-}
-
-// readBody reads the request body. Reading past the limit set by
-// limitBody is a 413.
+// readBody reads the request body; the edge bounds it (413).
 func readBody(r *http.Request) ([]byte, error) {
-	data, err := input.Read(r, nil)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, problem.TooLarge(mbe.Limit)
-	}
-	return data, err
+	return input.Read(r, nil)
 }
 
 // readObject reads and parses the JSON body of c: the one decoding of an

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
@@ -31,9 +32,11 @@ import (
 // loopback port. Every response a test receives through it is validated
 // against openapi.yaml.
 type env struct {
-	t       testing.TB
-	url     string
-	srv     *api.Server
+	t   testing.TB
+	url string
+	srv *api.Server
+	// handler is what the server serves: the edge, with every route.
+	handler http.Handler
 	db      *db.DB
 	limiter *limiter.Limiter
 	loader  *loader.Loader
@@ -134,11 +137,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	tel = telemetry.New(telemetry.Config{Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: sync, Status: ld.Status,
-		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		StoreName: "memory", DatabaseName: d.Engine(), FailOpen: o.failOpen, Logger: log, Web: o.web,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log, Now: c.Now})
-	hs := httptest.NewServer(buckets.Beside(srv))
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Now: c.Now})
+	handler := edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, append(buckets.Routes(), srv.Routes()...)...)
+	hs := httptest.NewUnstartedServer(handler)
+	hs.Config.MaxHeaderBytes = edge.ServerHeaderBytes
+	hs.Start()
 	t.Cleanup(func() {
 		hs.Close()
 		cancel()
@@ -150,7 +156,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, url: hs.URL, srv: srv, db: d, limiter: lim, loader: ld, keeper: keeper, clock: c,
+	return &env{t: t, url: hs.URL, srv: srv, handler: handler, db: d, limiter: lim, loader: ld, keeper: keeper, clock: c,
 		client: &http.Client{Transport: testenv.Validating(t, http.DefaultTransport, 1)}, admin: admin}
 }
 

@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 
@@ -108,44 +107,37 @@ func wordStoreError(err error, subject string, p *problem.Problem) bool {
 	return false
 }
 
-// handleError renders every error returned by a handler or middleware.
-// Server errors are logged with their whole chain under the request id
-// that the client sees.
+// handleError gives the edge every error returned by a handler or
+// middleware, in the words of problemFor, naming the resource the route
+// names; the edge answers it and logs a server error with its whole chain
+// under the request id that the client sees.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
-		// Too late to answer; a panic still goes to the log with its stack.
-		var pe *panicError
-		if errors.As(err, &pe) {
-			s.log.Error("request failed after its answer began", "request_id",
-				c.Response().Header().Get(echo.HeaderXRequestID), "path", c.Path(), "err", err)
-		}
+		// Too late to answer: the client went away while the answer was
+		// written.
 		return
 	}
-	p := &problem.Problem{RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
 	var subject string
 	if values := c.ParamValues(); len(values) > 0 {
 		subject = values[0]
 	}
-	body := problemFor(err, subject, p)
-	if p.Status >= 500 {
-		// An unavailable backend fails every request until it returns; the
-		// limiter, the loader and the token keeper log the outage once, so
-		// each refused request is only worth a debug line.
-		level := slog.LevelError
-		if p.Status == http.StatusServiceUnavailable {
-			level = slog.LevelDebug
-		}
-		s.log.LogAttrs(c.Request().Context(), level, "request failed",
-			slog.String("request_id", p.RequestID), slog.String("method", c.Request().Method),
-			slog.String("path", c.Path()), slog.Int("status", p.Status), slog.Any("err", err))
-	}
-	if p.Status == http.StatusMethodNotAllowed {
+	if he := (*echo.HTTPError)(nil); errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed {
 		// The router lists the methods registered; HEAD goes with GET
-		// (see ServeHTTP).
+		// (see serve).
 		h := c.Response().Header()
 		if allow := h.Get(echo.HeaderAllow); strings.Contains(allow, http.MethodGet) && !strings.Contains(allow, http.MethodHead) {
 			h.Set(echo.HeaderAllow, strings.Replace(allow, http.MethodGet, http.MethodGet+", "+http.MethodHead, 1))
 		}
 	}
-	problem.Write(c.Response(), err, p, body)
+	exchange(c).Fail(&worded{err: err, subject: subject})
 }
+
+// worded is an error of the admin API, which problemFor words.
+type worded struct {
+	err     error
+	subject string
+}
+
+func (w *worded) Error() string                      { return w.err.Error() }
+func (w *worded) Unwrap() error                      { return w.err }
+func (w *worded) Word(p *problem.Problem) (body any) { return problemFor(w.err, w.subject, p) }

@@ -152,7 +152,7 @@ func TestImportExportBadRequests(t *testing.T) {
 func TestSlowImportBody(t *testing.T) {
 	e := newEnv(t)
 	const timeout = 200 * time.Millisecond
-	hs := httptest.NewUnstartedServer(e.srv)
+	hs := httptest.NewUnstartedServer(e.handler)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = timeout, timeout
 	hs.Start()
 	defer hs.Close()

@@ -10,16 +10,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/auth"
 )
 
-// routes registers every route of the service; openapi.yaml describes each
-// one, and a test keeps the two in step. Route middleware runs in order:
-// the token first (401, 403), then the body's media type (415) and size
-// (413), so that nobody learns anything about a route they may not use.
+// routes registers every route of the admin API; openapi.yaml describes
+// each one, and a test keeps the two in step. Route middleware runs in
+// order: the token first (401, 403), then the body's media type (415), so
+// that nobody learns anything about a route they may not use; the edge
+// bounds the body (413).
 func (s *Server) routes() {
 	e := s.echo
 	admin := s.require(auth.Admin)
 	support := s.require(auth.Support)
 	anyScope := s.require(auth.Admin, auth.Support, auth.Decide)
-	small := limitBody(maxBody)
 	// Routes that read or write the database get a deadline, so that a
 	// database that stops answering costs a 503, not a hung request.
 	db := within(dbTimeout)
@@ -43,31 +43,31 @@ func (s *Server) routes() {
 	v1(http.MethodGet, "/whoami", s.whoami, anyScope)
 	v1(http.MethodGet, "/status", s.status, anyScope)
 
-	v1(http.MethodPost, "/tokens", s.createToken, admin, db, json, small)
+	v1(http.MethodPost, "/tokens", s.createToken, admin, db, json)
 	v1(http.MethodGet, "/tokens", s.listTokens, admin, db)
 	v1(http.MethodGet, "/tokens/:id", s.getToken, admin, db)
 	v1(http.MethodDelete, "/tokens/:id", s.revokeToken, admin, db)
 
-	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json, small)
+	v1(http.MethodPut, "/limits/:name", s.putLimit, admin, db, json)
 	v1(http.MethodGet, "/limits", s.listLimits, anyScope, db)
 	v1(http.MethodGet, "/limits/:name", s.getLimit, anyScope, db)
 	v1(http.MethodDelete, "/limits/:name", s.deleteLimit, admin, db)
 
-	v1(http.MethodPost, "/overrides", s.createOverride, support, db, json, small)
+	v1(http.MethodPost, "/overrides", s.createOverride, support, db, json)
 	v1(http.MethodGet, "/overrides", s.listOverrides, support, db)
 	v1(http.MethodGet, "/overrides/:id", s.getOverride, support, db)
-	v1(http.MethodPatch, "/overrides/:id", s.patchOverride, support, db, patch, small)
+	v1(http.MethodPatch, "/overrides/:id", s.patchOverride, support, db, patch)
 	v1(http.MethodDelete, "/overrides/:id", s.deleteOverride, support, db)
 	v1(http.MethodGet, "/overrides/:id/history", s.overrideHistory, support, db)
 
-	v1(http.MethodPost, "/rules", s.createRule, admin, db, json, small)
+	v1(http.MethodPost, "/rules", s.createRule, admin, db, json)
 	v1(http.MethodGet, "/rules", s.listRules, anyScope, db)
-	v1(http.MethodPost, "/rules/match", s.matchRule, anyScope, json, small)
+	v1(http.MethodPost, "/rules/match", s.matchRule, anyScope, json)
 	v1(http.MethodGet, "/rules/:id", s.getRule, anyScope, db)
-	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch, small)
+	v1(http.MethodPatch, "/rules/:id", s.patchRule, admin, db, patch)
 	v1(http.MethodDelete, "/rules/:id", s.deleteRule, admin, db)
 
-	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml, limitBody(maxImportBody))
+	v1(http.MethodPost, "/import", s.importFile, admin, within(importTimeout), slowIO, yaml)
 	v1(http.MethodGet, "/export", s.exportFile, admin, within(importTimeout), slowIO)
 }
 
@@ -123,7 +123,6 @@ func (s *Server) awaitSnapshot(c echo.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), syncTimeout)
 	defer cancel()
 	if err := s.cfg.Sync(ctx); err != nil {
-		s.log.Warn("the snapshot does not hold a write yet", "err", err,
-			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		s.log.Warn("the snapshot does not hold a write yet", "err", err, "request_id", exchange(c).RequestID())
 	}
 }

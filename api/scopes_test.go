@@ -56,7 +56,7 @@ var protected = []struct {
 func TestScopes(t *testing.T) {
 	e := newEnv(t)
 	var routes []string
-	for _, r := range e.srv.Routes() {
+	for _, r := range e.srv.Patterns() {
 		if strings.Contains(r, " /v1/") {
 			routes = append(routes, r)
 		}

@@ -8,27 +8,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ratelimitd/ratelimitd/api/problem"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/limiter"
 	"github.com/ratelimitd/ratelimitd/loader"
 )
 
-// Body limits: admin writes are small; imports may be large.
-const (
-	maxBody       = 1 << 20
-	maxImportBody = 10 << 20
-)
+// maxImportBody bounds an import's body; every other admin body has the
+// edge's default bound.
+const maxImportBody = 10 << 20
 
 // Decider is what the admin API needs of the engine that answers
 // decisions (package decide serves those): its health and its counters;
@@ -69,9 +65,6 @@ type Config struct {
 	Sync func(context.Context) error
 	// Status reports the loader's snapshot; nil reports none loaded.
 	Status func() loader.Status
-	// Observer gives requests their ids and times them; *telemetry.Front
-	// is one. Required.
-	Observer Observer
 	// Metrics serves /metrics; nil serves 404 there.
 	Metrics http.Handler
 	// OpenAPI is the contract served at /openapi.yaml.
@@ -90,21 +83,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now reads the clock, for expiry checks and ages; time.Now when nil.
 	Now func() time.Time
-	// Trace, when set, starts the span of a request to a route, given its
-	// pattern ("" when none matched), and returns the request carrying
-	// the span and what ends it with the answer's status; nil traces
-	// nothing.
-	Trace func(r *http.Request, route string) (*http.Request, func(status int))
 }
 
-// Observer gives requests their ids, one sequence for the whole service,
-// and times them by route pattern, method and status.
-type Observer interface {
-	RequestID() string
-	ObserveRequest(route, method string, status int, took time.Duration)
-}
-
-// Server serves the API. It is an http.Handler.
+// Server serves the API through the edge (package edge), which its
+// Routes are given to.
 type Server struct {
 	cfg  Config
 	echo *echo.Echo
@@ -128,100 +110,60 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, limitHeaders)
+	e.Use(named)
 	s.echo = e
 	s.routes()
 	return s
 }
 
-// ServeHTTP implements http.Handler with echo's own ServeHTTP. A HEAD
-// request is routed as a GET (RFC 9110, section 9.3.2), so every GET route
-// answers HEAD too: net/http leaves the body out, since its response writer
-// still holds the HEAD request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Routes are the API's routes for the edge: every path that no other
+// front serves, under the edge's default bound on bodies, and imports,
+// whose bodies may be larger. Echo's router finds the route.
+func (s *Server) Routes() []edge.Route {
+	return []edge.Route{
+		{Path: "/", Serve: s.serve},
+		{Path: "/v1/import", MaxBody: maxImportBody, Serve: s.serve},
+	}
+}
+
+// serve answers a request with echo's own ServeHTTP. A HEAD request is
+// routed as a GET (RFC 9110, section 9.3.2), so every GET route answers
+// HEAD too: net/http leaves the body out, since its response writer still
+// holds the HEAD request. Echo hands a handler's error to handleError,
+// which gives it back to the edge through x.
+func (s *Server) serve(x *edge.Exchange, r *http.Request) error {
 	if r.Method == http.MethodHead {
 		get := *r
 		get.Method = http.MethodGet
 		r = &get
 	}
-	s.echo.ServeHTTP(w, r)
+	s.echo.ServeHTTP(x, r)
+	return nil
 }
 
-// maxHeaderBytes bounds a request's header block. net/http refuses larger
-// blocks only past its own MaxHeaderBytes (1 MiB by default), with a
-// plain-text 431 it writes itself; below that, this bound answers them as
-// every other error is answered, with a problem.
-const maxHeaderBytes = 64 << 10
-
-// headerBytes is the size of a header block as sent, near enough: names,
-// values, ": " and CRLF.
-func headerBytes(h http.Header) int {
-	n := 0
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
+// exchange is the request's passage through the edge, which serve gives
+// echo as its response writer.
+func exchange(c echo.Context) *edge.Exchange {
+	return c.Response().Writer.(*edge.Exchange)
 }
 
-// limitHeaders answers a request whose header block is over
-// maxHeaderBytes with a 431 problem, whatever its route.
-func limitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+// named is the middleware of every route: it names the route's pattern,
+// for the edge's metrics and traces.
+func named(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if headerBytes(c.Request().Header) > maxHeaderBytes {
-			return problem.Errorf(http.StatusRequestHeaderFieldsTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
-		}
+		exchange(c).SetRoute(c.Path())
 		return next(c)
 	}
 }
 
-// Routes lists the registered routes as "METHOD /path/:param", in echo's
+// Patterns lists the registered routes as "METHOD /path/:param", in echo's
 // notation, for the test that keeps openapi.yaml in step.
-func (s *Server) Routes() []string {
+func (s *Server) Patterns() []string {
 	var out []string
 	for _, r := range s.echo.Routes() {
 		out = append(out, r.Method+" "+r.Path)
 	}
 	return out
-}
-
-// observe is the middleware of every route: it gives the request an id,
-// in the X-Request-Id header of the response and in every log line about
-// it; renders a handler's error, so that the status is known; times the
-// request and counts it by route pattern, method and status; and turns a
-// panic into a 500 (counted as such), so that no input can stop the
-// process.
-func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		var endSpan func(int)
-		if s.cfg.Trace != nil {
-			var r *http.Request
-			r, endSpan = s.cfg.Trace(c.Request(), c.Path())
-			c.SetRequest(r)
-		}
-		c.Response().Header()[echo.HeaderXRequestID] = []string{s.cfg.Observer.RequestID()}
-		start := time.Now()
-		if err := recovered(c, next); err != nil {
-			c.Error(err)
-		}
-		s.cfg.Observer.ObserveRequest(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
-		if endSpan != nil {
-			endSpan(c.Response().Status)
-		}
-		return nil
-	}
-}
-
-// recovered runs the handler, and returns a panic as an error whose text
-// holds the stack, which the log gets under the request id.
-func recovered(c echo.Context, next echo.HandlerFunc) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: stack()}
-		}
-	}()
-	return next(c)
 }
 
 // jsonEncode writes v as JSON without HTML escaping: responses are data,
@@ -245,14 +187,3 @@ func writeJSON(c echo.Context, status int, v any) error {
 	_, err := c.Response().Write(buf.Bytes())
 	return err
 }
-
-// panicError is a recovered panic, logged with its stack as an internal
-// error.
-type panicError struct {
-	value any
-	stack string
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.value, e.stack) }
-
-func stack() string { return string(debug.Stack()) }

@@ -35,7 +35,7 @@ func TestRoutesMatchSpec(t *testing.T) {
 		}
 	}
 	var registered []string
-	routes := e.srv.Routes()
+	routes := e.srv.Patterns()
 	for _, p := range decide.Paths() {
 		routes = append(routes, "POST "+p)
 	}

@@ -1,10 +1,10 @@
 package decide
 
 import (
-	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -63,11 +63,9 @@ type scratch struct {
 	lease  lease
 	leased *lease
 	out    []byte
-	// header holds the values of the answer's headers end to end, the
-	// request id first, and marks where each ends, so that setHeaders
-	// sets them all with one string and one slice.
-	header []byte
-	marks  []headerMark
+	// x is the request's passage through the edge, which holds the
+	// answer's headers.
+	x *edge.Exchange
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -83,47 +81,14 @@ const (
 	maxLimitName = 64
 )
 
-func (sc *scratch) reset() {
+func (sc *scratch) reset(x *edge.Exchange) {
 	if cap(sc.body) > maxPooledBody {
 		sc.body = nil
 	}
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
-	sc.body, sc.reqs, sc.out, sc.header, sc.marks = sc.body[:0], sc.reqs[:0], sc.out[:0], sc.header[:0], sc.marks[:0]
-}
-
-// headerMark ends the value of a header in scratch.header.
-type headerMark struct {
-	// key is in canonical form: setHeaders sets it as it is.
-	key string
-	end int
-}
-
-// mark ends the value of header key, whose text was just appended to
-// sc.header.
-func (sc *scratch) mark(key string) {
-	sc.marks = append(sc.marks, headerMark{key: key, end: len(sc.header)})
-}
-
-// keepRequestID drops the headers marked after the request id.
-func (sc *scratch) keepRequestID() {
-	sc.header, sc.marks = sc.header[:sc.marks[0].end], sc.marks[:1]
-}
-
-// setHeaders sets the marked headers in h and returns the first one's
-// value, the request id. Each value is a slice of its own capacity, so
-// that adding to one header cannot overwrite another.
-func (sc *scratch) setHeaders(h http.Header) (requestID string) {
-	all := string(sc.header)
-	values := make([]string, len(sc.marks))
-	start := 0
-	for i, m := range sc.marks {
-		values[i] = all[start:m.end]
-		h[m.key] = values[i : i+1 : i+1]
-		start = m.end
-	}
-	return values[0]
+	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
 }
 
 // intern returns b as a string, without allocating when it was seen before.
@@ -236,7 +201,7 @@ func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
 		d := &res.Decisions[i]
 		// In whole seconds, rounded up; the draft wants a positive window.
 		window := max(1, seconds(d.PolicyWindow()))
-		b := append(sc.header, '"')
+		b := append(sc.x.Values(), '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";q=`...)
 		b = strconv.AppendInt(b, d.Params.Burst, 10)
@@ -246,19 +211,16 @@ func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
 			b = append(b, '"')
 		}
 		b = append(b, ";w="...)
-		sc.header = strconv.AppendInt(b, window, 10)
-		// The canonical keys, which setHeaders sets as they are.
-		sc.mark("Ratelimit-Policy")
-		b = append(sc.header, '"')
+		// The canonical keys, which the edge sets as they are.
+		sc.x.AddHeader("Ratelimit-Policy", strconv.AppendInt(b, window, 10))
+		b = append(sc.x.Values(), '"')
 		b = append(b, d.Limit...)
 		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
-		sc.header = strconv.AppendInt(b, seconds(d.UntilReset(op)), 10)
-		sc.mark("Ratelimit")
+		sc.x.AddHeader("Ratelimit", strconv.AppendInt(b, seconds(d.UntilReset(op)), 10))
 	}
 	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
-		sc.header = strconv.AppendInt(sc.header, seconds(res.RetryAfter), 10)
-		sc.mark("Retry-After")
+		sc.x.AddHeader("Retry-After", strconv.AppendInt(sc.x.Values(), seconds(res.RetryAfter), 10))
 	}
 }

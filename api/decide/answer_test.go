@@ -2,9 +2,11 @@ package decide
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
@@ -78,16 +80,24 @@ func TestPolicyOfQuotasAndLeases(t *testing.T) {
 	}
 }
 
-// rateLimitHeaders returns the headers of an answer with res, after a
-// request id, which must come through them unchanged.
+// rateLimitHeaders returns the headers of an answer with res, through the
+// edge, after a request id, which must come through them unchanged.
 func rateLimitHeaders(t *testing.T, op limiter.Op, res limiter.Result) http.Header {
 	t.Helper()
-	sc := &scratch{header: []byte("id")}
-	sc.mark("X-Request-Id")
-	sc.appendRateLimit(op, res)
-	h := http.Header{}
-	if id := sc.setHeaders(h); id != "id" || h.Get("X-Request-Id") != "id" {
-		t.Fatalf("the request id is %q, its header %q, want id", id, h.Get("X-Request-Id"))
+	e := edge.New(edge.Config{Observer: fixedID{}}, edge.Route{Path: "/", Serve: func(x *edge.Exchange, _ *http.Request) error {
+		(&scratch{x: x}).appendRateLimit(op, res)
+		return nil
+	}})
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", nil))
+	if w.Code != http.StatusOK || w.Header().Get("X-Request-Id") != "id" {
+		t.Fatalf("%d, request id %q, want id", w.Code, w.Header().Get("X-Request-Id"))
 	}
-	return h
+	return w.Header()
 }
+
+// fixedID gives every request the id "id".
+type fixedID struct{}
+
+func (fixedID) AppendRequestID(b []byte) []byte                   { return append(b, "id"...) }
+func (fixedID) ObserveRequest(string, string, int, time.Duration) {}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -64,8 +65,9 @@ func benchServer(b *testing.B, traces telemetry.Traces) (http.Handler, string) {
 		b.Fatal(err)
 	}
 	tel := telemetry.New(telemetry.Config{Stats: lim.Stats}).Front("http")
-	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP})
-	return decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel, Logger: log, Trace: traces.HTTP}).Beside(srv), secret
+	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel})
+	return edge.New(edge.Config{Observer: tel, Logger: log, Trace: traces.HTTP}, append(buckets.Routes(), srv.Routes()...)...), secret
 }
 
 // BenchmarkSpendHTTP measures POST /v1/spend through the whole handler

@@ -1,25 +1,24 @@
 // Package decide serves the routes that act on buckets: /v1/check,
 // /v1/spend, /v1/refund, /v1/settle, /v1/buckets/reset, and the leases of
 // concurrency limits, /v1/acquire, /v1/release and /v1/renew. They are the service's hot
-// path, so they are a plain http.Handler over the Limiter, outside the
-// admin API's router and middleware, and this is the only package that
-// holds code written for speed: a decoder for the common form of a body,
-// an encoder for the answer, pooled working memory and the RateLimit
-// headers. The benchmarks here measure what each saves: the strict decoder
-// alone costs the common body about three times the allocations.
+// path, so they are routes of the edge (package edge) written over the
+// Limiter without the admin API's router, and this is the only package
+// that holds code written for speed: a decoder for the common form of a
+// body, an encoder for the answer, pooled working memory and the
+// RateLimit headers. The benchmarks here measure what each saves: the
+// strict decoder alone costs the common body about three times the
+// allocations.
 package decide
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/input"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
@@ -50,14 +49,9 @@ type Authenticator interface {
 	Authenticate(secret string) (auth.Principal, bool)
 }
 
-// Observer gives these routes the service's request ids and metrics, so
-// that one registry and one sequence of ids cover the whole service;
-// *telemetry.Front is one.
+// Observer counts what these routes decide, in the service's one
+// registry; *telemetry.Front is one.
 type Observer interface {
-	// AppendRequestID appends a new request id to b, so that the id
-	// shares the allocation of the answer's other headers.
-	AppendRequestID(b []byte) []byte
-	ObserveRequest(route, method string, status int, took time.Duration)
 	ObserveDecisions(op limiter.Op, res limiter.Result)
 	// ObserveAcquire counts the decisions of an acquire.
 	ObserveAcquire(res limiter.Result)
@@ -72,18 +66,10 @@ type Config struct {
 	Limiter  Limiter
 	Auth     Authenticator
 	Observer Observer
-	// Logger receives server errors with their request ids; slog.Default()
-	// when nil.
-	Logger *slog.Logger
 	// Now reads the clock, for the expiry of overrides when a refused
 	// body's buckets are checked and for a renewal answered without the
 	// store; time.Now when nil. It is the Limiter's clock.
 	Now func() time.Time
-	// Trace, when set, starts the span of a request to a route, given its
-	// path, and returns the request carrying the span and what ends it
-	// with the answer's status; nil, tracing off, costs a request
-	// nothing.
-	Trace func(r *http.Request, route string) (*http.Request, func(status int))
 }
 
 // route is one path this package serves. A new route is one more entry.
@@ -146,17 +132,13 @@ func Paths() []string {
 // Handler serves the bucket routes.
 type Handler struct {
 	cfg Config
-	log *slog.Logger
 	// scratch pools the working memory of requests (*scratch).
 	scratch sync.Pool
 }
 
 // New builds the Handler.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, log: cfg.Logger}
-	if h.log == nil {
-		h.log = slog.Default()
-	}
+	h := &Handler{cfg: cfg}
 	if h.cfg.Now == nil {
 		h.cfg.Now = time.Now
 	}
@@ -164,72 +146,23 @@ func New(cfg Config) *Handler {
 	return h
 }
 
-// ServeHTTP implements http.Handler; a path that is none of the bucket
-// routes is a 404.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt := find(r.URL.Path)
-	if rt == nil {
-		rt = &route{}
-	}
-	h.serveRoute(w, r, rt)
-}
-
-// serveRoute answers a request of rt. Every answer carries a request id,
-// is timed and counted by route, and an error is a problem+json; a panic
-// is a 500, so that no input can stop the process.
-func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
-	start := time.Since(epoch)
-	var endSpan func(int)
-	if h.cfg.Trace != nil {
-		r, endSpan = h.cfg.Trace(r, rt.path)
-	}
-	sc := h.scratch.Get().(*scratch)
-	sc.reset()
-	sc.header = h.cfg.Observer.AppendRequestID(sc.header)
-	sc.mark("X-Request-Id")
-	status := http.StatusOK
-	if err := h.serve(w, r, rt, sc); err != nil {
-		status = h.writeProblem(w, r, rt.path, sc, err)
-	}
-	h.scratch.Put(sc)
-	h.cfg.Observer.ObserveRequest(rt.path, r.Method, status, time.Since(epoch)-start)
-	if endSpan != nil {
-		endSpan(status)
-	}
-}
-
-// epoch is what requests are timed from: time.Since(epoch) reads the
-// monotonic clock alone, where time.Now also reads the wall clock, which
-// a duration has no use for.
-var epoch = time.Now()
-
-// find returns the route of path, nil for none.
-func find(path string) *route {
+// Routes are the Handler's routes, each POST only with a body of at most
+// maxBody, for the edge to serve.
+func (h *Handler) Routes() []edge.Route {
+	out := make([]edge.Route, len(routes))
 	for i := range routes {
-		if routes[i].path == path {
-			return &routes[i]
-		}
+		rt := &routes[i]
+		out[i] = edge.Route{Method: http.MethodPost, Path: rt.path, MaxBody: maxBody,
+			Serve: func(x *edge.Exchange, r *http.Request) error { return h.serve(x, r, rt) }}
 	}
-	return nil
+	return out
 }
 
-// serve checks the method, the token, the media type and the size, in that
-// order, so that nobody learns anything about a route they may not use,
-// and runs the route. An error is answered by the caller: a route returns
-// none once it has begun its answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route, sc *scratch) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
-		}
-	}()
-	if rt.serve == nil {
-		return problem.Errorf(http.StatusNotFound, "no such route")
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return problem.Errorf(http.StatusMethodNotAllowed, "only POST is allowed here")
-	}
+// serve checks the token, then the media type, so that nobody learns
+// anything about a route they may not use, and runs the route with pooled
+// working memory. An error is answered by the edge: a route returns none
+// once it has begun its answer.
+func (h *Handler) serve(x *edge.Exchange, r *http.Request, rt *route) error {
 	// Indexed, not Get: the server gives header keys in canonical form.
 	if _, err := problem.Authorize(h.cfg.Auth, first(r.Header["Authorization"]), rt.scopes...); err != nil {
 		return err
@@ -237,18 +170,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rt *route, sc *s
 	if msg := input.MediaProblem(first(r.Header["Content-Type"]), "application/json"); msg != "" {
 		return problem.Errorf(http.StatusUnsupportedMediaType, "%s", msg)
 	}
-	switch {
-	case r.ContentLength > maxBody:
-		return problem.TooLarge(maxBody)
-	case r.ContentLength < 0:
-		// A body of unknown length is cut at maxBody. One of a declared
-		// length needs no reader of its own, which costs an allocation:
-		// the server ends it at that length (an HTTP/2 stream that sends
-		// more is reset), and readBody refuses a longer one from a caller
-		// in this process.
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	}
-	return rt.serve(h, w, r, sc)
+	sc := h.scratch.Get().(*scratch)
+	sc.reset(x)
+	err := rt.serve(h, x, r, sc)
+	h.scratch.Put(sc)
+	return err
 }
 
 // first is the first of a header's values, "" for none.
@@ -300,13 +226,11 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, sc *scratch) err
 
 var jsonType = []string{"application/json"}
 
-// answer writes a 200 with the headers of sc.header and the JSON body of
-// sc.out. A client gone before it reads the answer has nothing to learn,
+// answer writes a 200 with the JSON body of sc.out; the edge adds the
+// headers of sc.x. A client gone before it reads the answer has nothing to learn,
 // so a failed write is not an error.
 func (sc *scratch) answer(w http.ResponseWriter) {
-	h := w.Header()
-	sc.setHeaders(h)
-	h["Content-Type"] = jsonType
+	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(sc.out)
 }
@@ -336,20 +260,11 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form, more func(input.Obj
 	return reqs, nil
 }
 
-// readBody reads the body into sc.body; one over maxBody is a 413.
+// readBody reads the body into sc.body.
 func readBody(r *http.Request, sc *scratch) error {
 	var err error
-	if sc.body, err = input.Read(r, sc.body); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return problem.TooLarge(maxBody)
-		}
-		return err
-	}
-	if len(sc.body) > maxBody {
-		return problem.TooLarge(maxBody)
-	}
-	return nil
+	sc.body, err = input.Read(r, sc.body)
+	return err
 }
 
 // bucketErrors adds to errs what the Limiter would say of the requests
@@ -379,42 +294,4 @@ func (h *Handler) bucketErrors(reqs []limiter.Request, errs *input.Errors) {
 		}
 		first[res.Key] = i
 	}
-}
-
-// writeProblem answers err as application/problem+json and returns the
-// status. Anything that is not a client's mistake or an unavailable
-// backend is internal: masked in the answer, logged with its chain under
-// the request id. Of sc's headers it sets the request id only: a route
-// that fails has begun no answer.
-func (h *Handler) writeProblem(w http.ResponseWriter, r *http.Request, path string, sc *scratch, err error) int {
-	sc.keepRequestID()
-	id := sc.setHeaders(w.Header())
-	p := &problem.Problem{RequestID: id}
-	body, ok := problem.From(err, p)
-	if !ok {
-		problem.Internal(p)
-	}
-	switch {
-	case p.Status == http.StatusServiceUnavailable:
-		// The limiter logs an outage once; each refused request is only
-		// worth a debug line.
-		h.log.Debug("request failed", "request_id", id, "path", path, "status", p.Status, "err", err)
-	case p.Status >= 500:
-		h.log.Error("request failed", "request_id", id, "method", r.Method, "path", path, "status", p.Status, "err", err)
-	}
-	problem.Write(w, err, p, body)
-	return p.Status
-}
-
-// Beside serves the bucket routes with h and every other request with
-// rest, the admin API. It matches exact paths only: a path that is not
-// one of h's, however it is written, is rest's to answer.
-func (h *Handler) Beside(rest http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rt := find(r.URL.Path); rt != nil {
-			h.serveRoute(w, r, rt)
-			return
-		}
-		rest.ServeHTTP(w, r)
-	})
 }

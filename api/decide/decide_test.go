@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
@@ -46,7 +47,8 @@ func (allowAll) Authenticate(string) (auth.Principal, bool) {
 // that a panic below the handler is a masked 500, not a crash.
 func TestHandlerRefusals(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h := decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: telemetry.New(telemetry.Config{}).Front("http"), Logger: log, Now: time.Now})
+	tel := telemetry.New(telemetry.Config{}).Front("http")
+	h := edge.New(edge.Config{Observer: tel, Logger: log}, decide.New(decide.Config{Limiter: panicking{}, Auth: allowAll{}, Observer: tel, Now: time.Now}).Routes()...)
 	body := `{"buckets":[{"limit":"L","bucket_id":"1"}]}`
 	large := `{"buckets":"` + strings.Repeat("x", 1<<20) + `"}`
 	cases := []struct {

@@ -97,10 +97,11 @@ const Unavailable = "a backend this request needs is unavailable; retry later"
 // else internal.
 func From(err error, p *Problem) (body any, ok bool) {
 	var (
-		pe *Error
-		w  Worder
-		ie *input.Error
-		ve *limiter.ValidationError
+		pe  *Error
+		w   Worder
+		ie  *input.Error
+		ve  *limiter.ValidationError
+		mbe *http.MaxBytesError
 	)
 	body = p
 	switch {
@@ -112,6 +113,9 @@ func From(err error, p *Problem) (body any, ok bool) {
 		p.Status, p.Detail, p.Errors = http.StatusBadRequest, ie.Detail, ie.Fields
 	case errors.As(err, &ve):
 		p.Status, p.Detail, p.Errors = http.StatusUnprocessableEntity, "the request has invalid values", ve.Fields
+	case errors.As(err, &mbe):
+		// A body read past its route's bound (package edge bounds it).
+		p.Status, p.Detail = http.StatusRequestEntityTooLarge, TooLarge(mbe.Limit).Detail
 	case errors.Is(err, limiter.ErrUnavailable):
 		p.Status, p.Detail = http.StatusServiceUnavailable, Unavailable
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
@@ -64,9 +65,9 @@ func newBenchFront(b *testing.B, store limiter.Store) *benchFront {
 	secret, _ := auth.NewSecret()
 	keeper := auth.NewKeeper(func(context.Context) ([]auth.Token, error) { return nil, nil }, secret, log)
 	tel := telemetry.New(telemetry.Config{Stats: lim.Stats})
-	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http"), Logger: log})
-	hs := httptest.NewServer(buckets.Beside(srv))
+	srv := api.New(api.Config{Limiter: lim, Auth: keeper, Logger: log})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("http")})
+	hs := httptest.NewServer(edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, append(buckets.Routes(), srv.Routes()...)...))
 	b.Cleanup(hs.Close)
 
 	gs := rls.New(rls.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("grpc"), Logger: log})

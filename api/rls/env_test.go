@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
@@ -61,6 +63,8 @@ type env struct {
 	lim    *limiter.Limiter
 	loader *loader.Loader
 	srv    *api.Server
+	// http serves srv's routes through the edge.
+	http   http.Handler
 	gs     *rls.Server
 	reg    *prometheus.Registry
 	client rlsv3.RateLimitServiceClient
@@ -109,7 +113,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	reg := prometheus.NewRegistry()
 	tel := telemetry.New(telemetry.Config{Registry: reg, Stats: lim.Stats, Status: ld.Status})
 	srv := api.New(api.Config{Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Observer: tel.Front("http"), Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(), Logger: log})
 	cfg := rls.Config{Limiter: lim, Auth: keeper, Ready: srv.Ready, Observer: tel.Front("grpc"), OmitHeaders: o.omitHeaders, Logger: log}
 	if o.noAuth {
 		cfg.Auth = nil
@@ -140,7 +144,8 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loader did not load")
 	}
-	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs, reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
+	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs,
+		http: edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, srv.Routes()...), reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
 		conn: conn, admin: admin, keeper: keeper}
 }
 

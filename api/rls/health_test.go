@@ -41,7 +41,7 @@ func TestHealthIsReadinessAtEveryMoment(t *testing.T) {
 	hc := healthpb.NewHealthClient(e.conn)
 	readyz := func() int {
 		rec := httptest.NewRecorder()
-		e.srv.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		e.http.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 		return rec.Code
 	}
 	for round := range 3 {

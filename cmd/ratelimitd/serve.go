@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/db"
@@ -97,14 +98,16 @@ func serveAt(ctx context.Context, now func() time.Time, args []string, getenv fu
 	httpFront := tel.Front("http")
 	srv := api.New(api.Config{
 		Limits: d, Overrides: d, Rules: d, Tokens: d, Files: d, Limiter: lim, Auth: keeper, Sync: ld.Sync, Status: ld.Status,
-		Observer: httpFront, Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
+		Metrics: tel.Handler(), OpenAPI: ratelimitd.OpenAPI(),
 		Web:       web.Files(),
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
-		Trace: traces.HTTP,
 	})
-	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Logger: log, Now: now, Trace: traces.HTTP})
+	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Now: now})
 	hs := &http.Server{
-		Handler:           buckets.Beside(srv),
+		// Every route of every HTTP front is registered with the edge.
+		Handler: edge.New(edge.Config{Observer: httpFront, Logger: log, Trace: traces.HTTP},
+			append(buckets.Routes(), srv.Routes()...)...),
+		MaxHeaderBytes:    edge.ServerHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

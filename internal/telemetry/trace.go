@@ -30,12 +30,12 @@ const tracerName = "github.com/ratelimitd/ratelimitd"
 // a raw path or a token: requests are named by their route pattern, store
 // calls by the names of their limits.
 type Traces struct {
-	// HTTP starts the server span of a request to route, the route's
-	// pattern ("" when none matched), continuing the trace of the
-	// request's traceparent header; it returns the request carrying the
-	// span and what ends the span with the answer's status. It is
-	// decide.Config.Trace and api.Config.Trace.
-	HTTP func(r *http.Request, route string) (*http.Request, func(status int))
+	// HTTP starts the server span of a request, continuing the trace of
+	// the request's traceparent header; it returns the request carrying
+	// the span and what ends the span with the route's pattern ("" when
+	// none matched), which names it, and the answer's status. It is
+	// edge.Config.Trace.
+	HTTP func(r *http.Request) (*http.Request, func(route string, status int))
 	// Store starts the span of a decision's call to the store, a child of
 	// the request's; it is limiter.Config.TraceStore.
 	Store func(ctx context.Context, op limiter.Op, limits []string) (context.Context, func(allowed bool, err error))
@@ -103,23 +103,23 @@ type tracer struct {
 	prop   propagation.TraceContext
 }
 
-// request starts a server span named "METHOD route", as OpenTelemetry's
-// HTTP conventions name it. The path is never recorded: an admin path may
-// hold a bucket id.
-func (t tracer) request(r *http.Request, route string) (*http.Request, func(int)) {
+// request starts a server span, named "METHOD route" once the route is
+// known, as OpenTelemetry's HTTP conventions name it: the edge knows it
+// only after a router has matched. The path is never recorded: an admin
+// path may hold a bucket id.
+func (t tracer) request(r *http.Request) (*http.Request, func(string, int)) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	method := methodLabels[methodOf(r.Method)]
 	if method == "other" {
 		method = "_OTHER"
 	}
-	attrs := []attribute.KeyValue{attribute.String("http.request.method", method)}
-	name := method
-	if route != "" {
-		name += " " + route
-		attrs = append(attrs, attribute.String("http.route", route))
-	}
-	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-	return r.WithContext(ctx), func(status int) {
+	ctx, span := t.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method)))
+	return r.WithContext(ctx), func(route string, status int) {
+		if route != "" {
+			span.SetName(method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
+		}
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		// A 4xx is the client's mistake, not the server's.
 		if status >= 500 {

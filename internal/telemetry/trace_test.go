@@ -25,6 +25,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/edge"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
@@ -171,7 +172,8 @@ func wantNoSecrets(t *testing.T, spans tracetest.SpanStubs) {
 
 func TestRESTSpendContinuesTheCallersTrace(t *testing.T) {
 	tr := newTraced(t)
-	h := decide.New(decide.Config{Limiter: tr.lim, Auth: admin{}, Observer: tr.tel.Front("http"), Logger: tr.log, Trace: tr.traces.HTTP})
+	h := edge.New(edge.Config{Observer: tr.tel.Front("http"), Logger: tr.log, Trace: tr.traces.HTTP},
+		decide.New(decide.Config{Limiter: tr.lim, Auth: admin{}, Observer: tr.tel.Front("http")}).Routes()...)
 	srv := httptest.NewServer(h)
 	for range 2 {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/spend", strings.NewReader(`{"buckets":[{"limit":"PerIP","bucket_id":"`+bucketID+`"}]}`))
@@ -240,8 +242,8 @@ func TestShouldRateLimitContinuesTheCallersTrace(t *testing.T) {
 
 func TestAdminRequestSpanIsNamedByItsRoute(t *testing.T) {
 	tr := newTraced(t)
-	s := api.New(api.Config{Rules: noRules{}, Limiter: tr.lim, Auth: admin{}, Observer: tr.tel.Front("http"), Logger: tr.log, Trace: tr.traces.HTTP})
-	srv := httptest.NewServer(s)
+	s := api.New(api.Config{Rules: noRules{}, Limiter: tr.lim, Auth: admin{}, Logger: tr.log})
+	srv := httptest.NewServer(edge.New(edge.Config{Observer: tr.tel.Front("http"), Logger: tr.log, Trace: tr.traces.HTTP}, s.Routes()...))
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/rules/"+bucketID, nil)
 	req.Header.Set("Authorization", "Bearer "+secret)
 	req.Header.Set("traceparent", traceparent)
