@@ -59,6 +59,7 @@ func run() error {
 	duration := flag.Duration("duration", 10*time.Second, "measured time")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured load before")
 	expect := flag.String("expect", "true", `what "allowed" must say: true, false or any`)
+	inFlight := flag.Int("max-in-flight", 0, "the package's MaxInFlight; its default when 0")
 	flag.Parse()
 	if *url == "" || *token == "" || *ids < 1 || *goroutines < 1 || (*expect != "true" && *expect != "false" && *expect != "any") {
 		flag.Usage()
@@ -73,7 +74,8 @@ func run() error {
 			// A bench's calls may queue behind a busy machine: the
 			// default deadline of 50ms would make fail-mode answers of
 			// them, and each is counted as an error.
-			Timeout: 10 * time.Second,
+			Timeout:     10 * time.Second,
+			MaxInFlight: *inFlight,
 			// Every call must reach ratelimitd, as every REST call does.
 			NoLocalDenials: true,
 			Hooks:          ratelimit.Hooks{Request: func(int, time.Duration, error) { requests.Add(1) }}})
