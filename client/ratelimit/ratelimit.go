@@ -3,12 +3,13 @@
 // net/http middleware, and, in package ratelimitgrpc, gRPC interceptors.
 //
 // A Client shares one HTTP exchange among the calls a process makes at
-// once: a call that finds fewer than Config.MaxInFlight requests in flight
-// is sent at once, and the calls that arrive while those are out go
-// together in the next request to ratelimitd's POST /v1/decisions. No
-// timer holds a call back. Each call keeps its own context, and ends by
-// its deadline (Config.Timeout when its context has none sooner) with the
-// fail mode's answer if ratelimitd has not answered by then.
+// once: a call that finds no request in flight (fewer than
+// Config.MaxInFlight) is sent at once, and the calls that arrive while it
+// is out go together in the next request to ratelimitd's POST
+// /v1/decisions. No timer holds a call back. Each call keeps its own
+// context, and ends by its deadline (Config.Timeout when its context has
+// none sooner) with the fail mode's answer if ratelimitd has not answered
+// by then.
 //
 // Three things answer without ratelimitd, each said in the Result:
 //
@@ -44,7 +45,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultTimeout         = 50 * time.Millisecond
-	DefaultMaxInFlight     = 2
+	DefaultMaxInFlight     = 1
 	DefaultMaxBatch        = 500
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = time.Second
@@ -78,7 +79,8 @@ type Config struct {
 	// MaxInFlight bounds the requests to ratelimitd in flight at once;
 	// calls made meanwhile wait for one of them to end and then go
 	// together. DefaultMaxInFlight when zero. Fewer requests in flight
-	// means more decisions per request: cheaper for both sides, but each
+	// means more decisions per request, cheaper for the client, ratelimitd
+	// and Redis alike (docs/performance.md measures 1, 2 and 3), while a
 	// call may wait for a request ahead of it.
 	MaxInFlight int
 	// MaxBatch bounds the calls one request carries (at most 1000, what
@@ -429,9 +431,9 @@ func (c *Client) ask(ctx context.Context, ask call) (*call, error) {
 		return nil, fmt.Errorf("%w: the breaker is open after %d failed requests in a row", ErrUnavailable, c.breaker.failures)
 	}
 	cl := c.getCall()
-	done := cl.done
+	done, timer := cl.done, cl.timer
 	*cl = ask
-	cl.done, cl.ctx, cl.probe = done, ctx, probe
+	cl.done, cl.timer, cl.ctx, cl.probe = done, timer, ctx, probe
 	now := time.Now()
 	// The Client's Timeout bounds the call unless its context ends
 	// sooner; then the context's end alone does.
@@ -440,14 +442,17 @@ func (c *Client) ask(ctx context.Context, ask call) (*call, error) {
 		cl.deadline = d
 	} else {
 		cl.deadline = now.Add(c.timeout)
-		timer := time.NewTimer(c.timeout)
-		defer timer.Stop()
+		timer.Reset(c.timeout)
 		timeout = timer.C
 	}
 	c.enqueue(cl)
 
 	select {
 	case <-cl.done:
+		// Stopped, a timer sends nothing more (Go 1.23): the call's next
+		// use cannot read this one's expiry. It is stopped before the
+		// call goes back to the pool, whence another may take it.
+		timer.Stop()
 		if err := cl.err; err != nil {
 			c.putCall(cl)
 			return nil, err
@@ -455,6 +460,7 @@ func (c *Client) ask(ctx context.Context, ask call) (*call, error) {
 		return cl, nil
 	case <-ctx.Done():
 		// The request may still answer: the call stays with it, unpooled.
+		timer.Stop()
 		if ctx.Err() == context.DeadlineExceeded {
 			return nil, fmt.Errorf("%w: no answer within the call's deadline: %w", ErrUnavailable, ctx.Err())
 		}
@@ -512,19 +518,24 @@ type call struct {
 	released bool
 	err      error
 	done     chan struct{}
+	// timer is the call's deadline, stopped while it is not in use; it
+	// is pooled with the call, as done is.
+	timer *time.Timer
 }
 
 func (c *Client) getCall() *call {
 	if cl, ok := c.calls.Get().(*call); ok {
 		return cl
 	}
-	return &call{done: make(chan struct{}, 1)}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{done: make(chan struct{}, 1), timer: t}
 }
 
 // putCall pools a call whose answer was received.
 func (c *Client) putCall(cl *call) {
-	done := cl.done
-	*cl = call{done: done}
+	done, timer := cl.done, cl.timer
+	*cl = call{done: done, timer: timer}
 	c.calls.Put(cl)
 }
 

@@ -222,13 +222,19 @@ func (r *reader) raw() []byte {
 		return nil
 	}
 	start := r.i + 1
-	escaped := false
+	escaped, ascii := false, true
 	for i := start; i < len(r.b); i++ {
-		switch c := r.b[i]; {
+		c := r.b[i]
+		if c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' {
+			continue
+		}
+		switch {
+		case c >= utf8.RuneSelf:
+			ascii = false
 		case c == '"':
 			r.i = i + 1
 			if !escaped {
-				if !utf8.Valid(r.b[start:i]) {
+				if !ascii && !utf8.Valid(r.b[start:i]) {
 					r.fail()
 					return nil
 				}
