@@ -12,15 +12,19 @@ import (
 // cache does for its store. What it trades: a refund or reset made
 // elsewhere, or a limit or override raised meanwhile, is seen only once
 // the remembered time has passed. Refunds and settles made through this
-// Client forget their buckets. Buckets are keyed by the ids the caller
-// gave, so that a hit costs no canonicalisation.
+// Client forget their buckets, and a denial answered after a refund began
+// is not remembered: the spend may have been decided before the refund.
+// Buckets are keyed by the ids the caller gave, so that a hit costs no
+// canonicalisation.
 type denials struct {
 	size int
 	// n mirrors len(m), so that the common case, no bucket denied, costs
 	// an atomic load instead of the lock.
-	n  atomic.Int32
-	mu sync.Mutex
-	m  map[bucketKey]denial
+	n atomic.Int32
+	// forgets counts the refunds and settles begun; it changes under mu.
+	forgets atomic.Uint64
+	mu      sync.Mutex
+	m       map[bucketKey]denial
 }
 
 type bucketKey struct{ limit, id string }
@@ -71,9 +75,18 @@ func (ds *denials) deny(now time.Time, buckets []Bucket) (Result, bool) {
 	return r, r.Local
 }
 
-// learn remembers the buckets a spend asked for at at was denied on, and
-// forgets those it was allowed on.
-func (ds *denials) learn(at time.Time, buckets []Bucket, decisions []Decision) {
+// epoch is read before a spend is asked for, for learn.
+func (ds *denials) epoch() uint64 {
+	if ds == nil {
+		return 0
+	}
+	return ds.forgets.Load()
+}
+
+// learn remembers the buckets a spend asked for at at, and after epoch,
+// was denied on, unless a refund or settle began meanwhile; and forgets
+// those it was allowed on.
+func (ds *denials) learn(at time.Time, epoch uint64, buckets []Bucket, decisions []Decision) {
 	if ds == nil {
 		return
 	}
@@ -92,6 +105,10 @@ func (ds *denials) learn(at time.Time, buckets []Bucket, decisions []Decision) {
 			continue
 		}
 		ds.mu.Lock()
+		if ds.forgets.Load() != epoch {
+			ds.mu.Unlock()
+			return
+		}
 		if _, ok := ds.m[k]; !ok && len(ds.m) >= ds.size {
 			for old := range ds.m {
 				delete(ds.m, old)
@@ -104,12 +121,16 @@ func (ds *denials) learn(at time.Time, buckets []Bucket, decisions []Decision) {
 	}
 }
 
-// forget drops the buckets of a refund or settle.
+// forget drops a bucket of a refund or settle, before it is asked for.
+// It takes the lock even when nothing is remembered, so that a learn of a
+// denial answered before the refund either comes first, and is dropped
+// here, or sees the new epoch.
 func (ds *denials) forget(limit, id string) {
-	if ds == nil || ds.n.Load() == 0 {
+	if ds == nil {
 		return
 	}
 	ds.mu.Lock()
+	ds.forgets.Add(1)
 	ds.delete(bucketKey{limit, id})
 	ds.mu.Unlock()
 }

@@ -92,9 +92,45 @@ func TestLocalDenialsBounded(t *testing.T) {
 	now := time.Unix(0, 0)
 	for i := range 10 {
 		b := []Bucket{{Limit: "L", ID: string(rune('a' + i)), Cost: 1}}
-		ds.learn(now, b, []Decision{{Reason: "limited", RetryAfter: time.Second}})
+		ds.learn(now, 0, b, []Decision{{Reason: "limited", RetryAfter: time.Second}})
 	}
 	if len(ds.m) != 3 || ds.n.Load() != 3 {
 		t.Errorf("%d buckets kept (n %d), want 3", len(ds.m), ds.n.Load())
+	}
+}
+
+// TestLocalDenialsRefundRace: a spend denied while a refund of its bucket
+// was on its way is not remembered, since ratelimitd may have decided the
+// spend before the refund: the next spend asks ratelimitd, and is allowed.
+func TestLocalDenialsRefundRace(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+	c := newClient(t, f, Config{Timeout: time.Minute})
+	ctx := context.Background()
+	if r, err := c.Spend(ctx, Bucket{Limit: "L", ID: "a", Cost: 1}); err != nil || !r.Allowed {
+		t.Fatalf("the first spend: %+v, %v", r, err)
+	}
+	f.Gate = make(chan struct{})
+	denied := make(chan Result, 1)
+	go func() {
+		r, _ := c.Spend(ctx, Bucket{Limit: "L", ID: "a", Cost: 1})
+		denied <- r
+	}()
+	<-f.Arrived // the spend is out, held at the gate
+	<-f.Arrived
+	refunded := make(chan error, 1)
+	go func() {
+		_, err := c.Refund(ctx, Bucket{Limit: "L", ID: "a", Cost: 1})
+		refunded <- err
+	}()
+	waitFor(t, "the refund queued behind the spend", func() bool { return queued(c) == 1 })
+	close(f.Gate)
+	if r := <-denied; r.Allowed || r.Local {
+		t.Fatalf("the spend before the refund: %+v", r)
+	}
+	if err := <-refunded; err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Spend(ctx, Bucket{Limit: "L", ID: "a", Cost: 1}); err != nil || r.Local || !r.Allowed {
+		t.Errorf("the spend after the refund: %+v, %v; want ratelimitd's allowed answer", r, err)
 	}
 }

@@ -287,11 +287,10 @@ type Client struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	// queue holds the calls waiting for a request; spare is the other
-	// buffer, swapped in when a request takes the whole queue.
-	queue, spare []*call
-	inFlight     int
-	maxInFlight  int
+	// queue holds the calls waiting for a request.
+	queue       []*call
+	inFlight    int
+	maxInFlight int
 
 	calls   sync.Pool // *call
 	scratch sync.Pool // *scratch, the senders' memory
@@ -363,11 +362,12 @@ func (c *Client) Spend(ctx context.Context, buckets ...Bucket) (Result, error) {
 		}
 		return r, nil
 	}
+	epoch := c.denials.epoch()
 	r, err := c.decide(ctx, call{op: opSpend, buckets: buckets})
 	if err == nil && !r.Degraded {
 		// From the call's start, before ratelimitd decided: the
 		// remembered denial ends no later than ratelimitd's.
-		c.denials.learn(start, buckets, r.Decisions)
+		c.denials.learn(start, epoch, buckets, r.Decisions)
 	}
 	return r, err
 }
