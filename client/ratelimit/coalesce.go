@@ -125,7 +125,7 @@ func (c *Client) send(sc *scratch) {
 	err := c.post(ctx, sc)
 	if err == nil {
 		if err = decodeAnswer(sc.answer, live, sc); err != nil {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+			err = unavailable(err)
 		}
 	}
 	took := time.Since(start)
@@ -147,13 +147,13 @@ func (c *Client) send(sc *scratch) {
 func (c *Client) post(ctx context.Context, sc *scratch) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(sc.body))
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return unavailable(err)
 	}
 	req.Header["Authorization"] = []string{c.auth}
 	req.Header["Content-Type"] = []string{"application/json"}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return unavailable(err)
 	}
 	defer res.Body.Close()
 	buf := bytes.NewBuffer(sc.answer[:0])
@@ -165,7 +165,7 @@ func (c *Client) post(ctx context.Context, sc *scratch) error {
 	case len(sc.answer) > maxAnswer:
 		return fmt.Errorf("%w: the answer is longer than %d bytes", ErrUnavailable, maxAnswer)
 	case res.StatusCode != http.StatusOK:
-		return fmt.Errorf("%w: %s", ErrUnavailable, statusError(res.StatusCode, sc.answer))
+		return unavailable(statusError(res.StatusCode, sc.answer))
 	}
 	return nil
 }

@@ -110,12 +110,14 @@ func (l *Lease) Err() error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	// A lease released, lost, or released when its context ended, has
 	// nothing left to free; one whose renewals failed may, if ratelimitd
-	// is back.
-	if l.id == "" || l.released || (l.err != nil && !errors.Is(l.err, ErrLeaseExpired)) {
+	// is back. Two Releases at once may both ask: the second is told
+	// released false, which is no error.
+	l.mu.Lock()
+	done := l.id == "" || l.released || (l.err != nil && !errors.Is(l.err, ErrLeaseExpired))
+	l.mu.Unlock()
+	if done {
 		return nil
 	}
 	cl, err := l.c.ask(ctx, call{op: opRelease, leaseID: l.id})
@@ -123,7 +125,9 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	l.c.putCall(cl)
+	l.mu.Lock()
 	l.released = true
+	l.mu.Unlock()
 	return nil
 }
 
@@ -166,21 +170,23 @@ func (l *Lease) keep(ctx context.Context, expires time.Time) {
 			l.c.putCall(cl)
 			expires = sent.Add(l.ttl)
 			timer.Reset(interval)
-		case errors.As(err, &p) && p.Status == http.StatusNotFound:
-			l.end(ErrLeaseLost)
-			return
-		case p != nil:
-			l.end(fmt.Errorf("ratelimit: the lease's renewal was refused: %w", err))
-			return
-		default:
+		case errors.Is(err, ErrUnavailable):
 			// Try again sooner while the lease lasts: a renewal may fail
-			// for a moment without the lease being lost.
+			// for a moment without the lease being lost. (A whole request
+			// refused, a 404 of a ratelimitd without /v1/decisions
+			// included, is this too, not the lease's own 404.)
 			left := time.Until(expires)
 			if left <= 0 {
 				l.end(fmt.Errorf("%w: %w", ErrLeaseExpired, err))
 				return
 			}
 			timer.Reset(min(interval/4+1, left))
+		case errors.As(err, &p) && p.Status == http.StatusNotFound:
+			l.end(ErrLeaseLost)
+			return
+		default:
+			l.end(fmt.Errorf("ratelimit: the lease's renewal was refused: %w", err))
+			return
 		}
 	}
 }

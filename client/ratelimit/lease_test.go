@@ -89,29 +89,36 @@ func TestLeaseLost(t *testing.T) {
 }
 
 // TestLeaseDeadService: renewals that keep failing end the lease when it
-// expires, with the cause; failing open changes nothing there.
+// expires, with the cause; failing open changes nothing there. A 404 of
+// the whole request (a ratelimitd without /v1/decisions) is such a
+// failure, not the lease's own 404.
 func TestLeaseDeadService(t *testing.T) {
-	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
-	var dead atomic.Bool
-	f.Fault = func(w http.ResponseWriter, r *http.Request) bool {
-		if dead.Load() {
-			return faults["5xx"](w, r)
-		}
-		return false
+	notFound := func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"type":"urn:ratelimitd:problem:not-found","title":"Not Found","status":404,"detail":"no such route"}`))
+		return true
 	}
-	c := newClient(t, f, Config{Timeout: time.Minute, FailOpen: true, BreakerFailures: 1000})
-	start := time.Now()
-	l := acquire(t, c, context.Background(), 300*time.Millisecond)
-	dead.Store(true)
-	<-l.Done()
-	if !errors.Is(l.Err(), ErrLeaseExpired) || !errors.Is(l.Err(), ErrUnavailable) {
-		t.Errorf("Err %v, want ErrLeaseExpired wrapping ErrUnavailable", l.Err())
-	}
-	if took := time.Since(start); took < 300*time.Millisecond {
-		t.Errorf("the lease ended %v after it was acquired, before its ttl of 300ms", took)
-	}
-	if f.Op("renew") != 0 && len(f.Arrived) < 3 {
-		t.Errorf("%d requests: the renewals were not retried", len(f.Arrived))
+	for name, fault := range map[string]func(http.ResponseWriter, *http.Request) bool{"5xx": faults["5xx"], "404 of the route": notFound} {
+		t.Run(name, func(t *testing.T) {
+			f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+			var dead atomic.Bool
+			f.Fault = func(w http.ResponseWriter, r *http.Request) bool { return dead.Load() && fault(w, r) }
+			c := newClient(t, f, Config{Timeout: time.Minute, FailOpen: true, BreakerFailures: 1000})
+			start := time.Now()
+			l := acquire(t, c, context.Background(), 300*time.Millisecond)
+			dead.Store(true)
+			<-l.Done()
+			if !errors.Is(l.Err(), ErrLeaseExpired) || !errors.Is(l.Err(), ErrUnavailable) {
+				t.Errorf("Err %v, want ErrLeaseExpired wrapping ErrUnavailable", l.Err())
+			}
+			if took := time.Since(start); took < 300*time.Millisecond {
+				t.Errorf("the lease ended %v after it was acquired, before its ttl of 300ms", took)
+			}
+			if n := len(f.Arrived); n < 4 {
+				t.Errorf("%d requests: the renewals were not retried", n)
+			}
+		})
 	}
 }
 
