@@ -21,7 +21,9 @@ func Example() {
 	ratelimitd := fakeratelimitd.Start(map[string]int64{"RequestsPerIP": 2})
 	defer ratelimitd.Close()
 
-	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token})
+	// Timeout is a second, not the default 50ms, only because examples
+	// run as tests on machines that may be busy.
+	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token, Timeout: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func Example() {
 func ExampleClient_Spend() {
 	ratelimitd := fakeratelimitd.Start(map[string]int64{"ExportsPerAccount": 5})
 	defer ratelimitd.Close()
-	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token})
+	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token, Timeout: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func ExampleClient_Spend() {
 func ExampleClient_Acquire() {
 	ratelimitd := fakeratelimitd.Start(map[string]int64{"ExportJobs": 1})
 	defer ratelimitd.Close()
-	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token})
+	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token, Timeout: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func ExampleClient_Acquire() {
 func ExampleRoutePattern() {
 	ratelimitd := fakeratelimitd.Start(map[string]int64{"RequestsPerRoute": 100})
 	defer ratelimitd.Close()
-	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token})
+	rl, err := ratelimit.New(ratelimit.Config{URL: ratelimitd.URL, Token: fakeratelimitd.Token, Timeout: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -106,16 +106,18 @@ func TestLeaseDeadService(t *testing.T) {
 			f.Fault = func(w http.ResponseWriter, r *http.Request) bool { return dead.Load() && fault(w, r) }
 			c := newClient(t, f, Config{Timeout: time.Minute, FailOpen: true, BreakerFailures: 1000})
 			start := time.Now()
-			l := acquire(t, c, context.Background(), 300*time.Millisecond)
+			l := acquire(t, c, context.Background(), 900*time.Millisecond)
 			dead.Store(true)
 			<-l.Done()
 			if !errors.Is(l.Err(), ErrLeaseExpired) || !errors.Is(l.Err(), ErrUnavailable) {
 				t.Errorf("Err %v, want ErrLeaseExpired wrapping ErrUnavailable", l.Err())
 			}
-			if took := time.Since(start); took < 300*time.Millisecond {
-				t.Errorf("the lease ended %v after it was acquired, before its ttl of 300ms", took)
+			if took := time.Since(start); took < 900*time.Millisecond {
+				t.Errorf("the lease ended %v after it was acquired, before its ttl of 900ms", took)
 			}
-			if n := len(f.Arrived); n < 4 {
+			// The acquire, the renewal at 300ms, and retries every 75ms
+			// until 900ms: a loaded machine may delay some, not all.
+			if n := len(f.Arrived); n < 3 {
 				t.Errorf("%d requests: the renewals were not retried", n)
 			}
 		})
