@@ -40,15 +40,16 @@
 # with persistence off, unless BENCH_REDIS_URL names another: then other
 # clients of that Redis take part in its CPU figures.
 #
-# Columns: requests/s, wrk's p50 and p99 latency, the ratio of requests/s
-# to the ceiling's, the CPU time the serving process used per request over
+# Columns: decisions/s (see below), wrk's p50 and p99 latency, the ratio
+# of decisions/s to the ceiling's requests/s, the CPU time the serving
+# process used per decision over
 # the measured run (utime+stime from /proc), and on Redis the CPU time
 # Redis spent per script call (the usec and calls of EVALSHA, EVAL and
 # FCALL in INFO commandstats, over the run) and the script calls per
-# request, which is above 1 when another client of the same Redis called
-# scripts meanwhile, and denied-cache hits per request (from /metrics).
+# decision, which is above 1 when another client of the same Redis called
+# scripts meanwhile, and denied-cache hits per decision (from /metrics).
 # With a private redis-server, two more: the CPU time the whole Redis
-# process used per request (utime+stime from /proc, so reading and writing
+# process used per decision (utime+stime from /proc, so reading and writing
 # the sockets included), and the script calls per socket read Redis made
 # (total_reads_processed of INFO stats): about the script calls per round
 # trip. Each median comes with the minimum and maximum of the rounds in
@@ -85,6 +86,16 @@
 # Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
 # ceiling speaks only that.
 #
+#   decisions  many decisions in one request: wrk posts /v1/decisions with
+#         scripts/decisions.lua over BENCH_DECISIONS_CONNECTIONS
+#         connections, BENCH_DECISIONS spends of one bucket each of
+#         bench_allowed_one a request, the bucket ids stepping through
+#         BENCH_IDS so that every request names new ones, as a client that
+#         gathers the calls of its callers sends them. Every result must
+#         say allowed, and not degraded. Fewer connections than the other
+#         rows: each carries BENCH_DECISIONS decisions, and a client that
+#         gathers its callers' calls keeps few requests in flight.
+#
 # Two more, driven by a Go program, scripts/clientload, as a service calls
 # ratelimitd: BENCH_CLIENT_GOROUTINES goroutines in a closed loop, each
 # call a spend of one token on bench_allowed_one, the ids stepping through
@@ -97,11 +108,15 @@
 #                (package client): what a service pays without the
 #                package, and the yardstick of the client's own CPU.
 #
-# In their rows a request is a call, one decision. A table of their own
-# adds what only they measure: the CPU the client process used per
-# decision (getrusage), the mean decisions per HTTP request, and the ratio
-# of decisions/s to the requests/s of the same store's 1-allowed row (the
-# REST spend over wrk) in the same round.
+# A table of their own adds what only they measure: the CPU the client
+# process used per decision (getrusage), the mean decisions per HTTP
+# request, and the ratio of decisions/s to the requests/s of the same
+# store's 1-allowed row (the REST spend over wrk) in the same round.
+#
+# A decision is one request of a single route, or one request of a
+# /v1/decisions body: the rates and CPU columns are per decision, which for
+# every row but decisions and client is per HTTP request; p50 and p99 are
+# per HTTP request, but in the client rows, where they are per call.
 #
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
@@ -111,7 +126,9 @@
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
 #   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc h2c
-#                      (also 3-denied)                        client client-rest"
+#                      (also 3-denied)                        decisions client client-rest"
+#   BENCH_DECISIONS    spends per request (decisions)         64
+#   BENCH_DECISIONS_CONNECTIONS  wrk connections (decisions)  8
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
 #   BENCH_GRPC_STREAMS      h2load streams per connection     32
 #   BENCH_H2C_CONNECTIONS   h2load connections (h2c)          2
@@ -139,7 +156,9 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc h2c client client-rest}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc h2c decisions client client-rest}
+PER=${BENCH_DECISIONS:-64}
+PER_CONNECTIONS=${BENCH_DECISIONS_CONNECTIONS:-8}
 REDIS_URL=${BENCH_REDIS_URL:-}
 GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
 GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
@@ -150,8 +169,10 @@ CLIENT_GOROUTINES=${BENCH_CLIENT_GOROUTINES:-64}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | h2c | client | client-rest) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | h2c | decisions | client | client-rest) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
+[[ $PER =~ ^[1-9][0-9]*$ ]] && [ "$PER" -le 1000 ] || die "BENCH_DECISIONS must be 1 to 1000"
+[[ $PER_CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "BENCH_DECISIONS_CONNECTIONS must be a positive integer"
 for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$H2C_CONNECTIONS" "$H2C_STREAMS" "$CLIENT_GOROUTINES"; do
 	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_H2C_CONNECTIONS, BENCH_H2C_STREAMS and BENCH_CLIENT_GOROUTINES must be positive integers"
 done
@@ -340,6 +361,16 @@ h2load_line() {
 		die "h2load printed no result: $1"
 }
 
+# decisions_spend URL TOKEN DURATION posts /v1/decisions for DURATION
+# (see decisions above) and prints wrk_spend's line, counting requests.
+decisions_spend() {
+	local out
+	out=$(wrk -t "$WRK_THREADS" -c "$PER_CONNECTIONS" -d "$3" --timeout 10s -H "Authorization: Bearer $2" \
+		-s "$ROOT/scripts/decisions.lua" "$1/v1/decisions" -- "$PER" "$IDS" "$WRK_THREADS") || die "wrk failed: $out"
+	awk '$1 == "result" {$1 = ""; print substr($0, 2); found = 1} END {exit !found}' <<<"$out" ||
+		die "wrk printed no result: $out"
+}
+
 # client_spend URL TOKEN DURATION SCENARIO EXPECT runs scripts/clientload
 # (see client and client-rest above) and prints wrk_spend's line, its
 # errors as non-2xx answers; it leaves the client's CPU µs and the HTTP
@@ -363,6 +394,7 @@ spend() {
 		case $sc in
 		grpc) grpc_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		decisions) decisions_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		client | client-rest) client_spend "${URL[$t]}" "${TOKEN[$t]}" "$2" "$sc" "$3"; return ;;
 		esac
 		n=${sc%%-*} kind=${sc#*-}
@@ -371,9 +403,9 @@ spend() {
 }
 
 # run ROUND TARGET warms the target up, then measures it, and appends a
-# row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
-# per request, Redis µs per script call and script calls per request (or
-# -), denied-cache hits per request (or -), Redis process µs per request
+# row to $RESULTS: target, round, decisions/s, p50 ms, p99 ms, service µs
+# per decision, Redis µs per script call and script calls per decision (or
+# -), denied-cache hits per decision (or -), Redis process µs per decision
 # and script calls per socket read (or -, without a private redis-server).
 run() {
 	local round=$1 t=$2 expect=true
@@ -395,6 +427,8 @@ run() {
 		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
 		status=1
 	fi
+	# From here on the figures are per decision.
+	[ "${t#* }" = decisions ] && req=$((req * PER))
 	case ${t#* } in client | client-rest)
 		local ccpu creqs
 		read -r ccpu creqs <"$WORK/client-last"
@@ -444,6 +478,7 @@ median() {
 echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
+has_scenario decisions && echo "decisions: $PER spends of one bucket each per request to /v1/decisions, new bucket ids every request, over $PER_CONNECTIONS connections"
 has_scenario grpc && echo "grpc:    $(h2load --version | head -1), $GRPC_CONNECTIONS connections x $GRPC_STREAMS streams, ShouldRateLimit on one bucket (the same id)"
 has_scenario h2c && echo "h2c:     $(h2load --version | head -1), $H2C_CONNECTIONS connections x $H2C_STREAMS streams, one bucket (the same id)"
 # Other work on the machine shows in its load average: the bench alone
@@ -455,7 +490,7 @@ echo "service: GOGC=${BENCH_GOGC:-unset (the 64 MiB floor)}, GOMAXPROCS=$(nproc)
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
 {
-	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\tRedis µs CPU/request\tscript calls/read\n'
+	printf 'target\tdecisions/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/decision\tRedis µs/script call\tscript calls/decision\tdenied-cache hits/decision\tRedis µs CPU/decision\tscript calls/read\n'
 	for t in "${TARGETS[@]}"; do
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$(median "$t" 3)" "$(median "$t" 4)" "$(median "$t" 5)" \
 			"$(median "$t" 12)" "$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
@@ -486,7 +521,7 @@ fi
 echo
 echo "each round:"
 {
-	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
+	printf 'target\tround\tdecisions/s\tratio to its round'"'"'s ceiling\tµs CPU/decision\tRedis µs CPU/decision\tscript calls/decision\n'
 	awk -F'\t' -v OFS='\t' '{print $1, $2, $3, $12, $6, $10, $8}' "$RESULTS"
 } | column -t -s $'\t'
 exit $status
