@@ -203,7 +203,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	if err != nil {
 		return err
 	}
-	sc.appendRateLimit(op, res)
+	sc.x.AddRateLimit(op, res)
 	sc.out = append(h.appendDecision(sc, sc.out, op, reqs, res), '\n')
 	sc.answer(w)
 	return nil

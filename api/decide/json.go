@@ -227,8 +227,9 @@ func (p *jsonScanner) bucket(sc *scratch) (limiter.Request, uint8, bool) {
 }
 
 // appendJSON appends r as encoding/json's Encoder would write it, without
-// HTML escaping and the newline; a test holds the two equal. It exists because the answer
-// is written on every decision, and reflection was a large part of that.
+// HTML escaping and the newline; a test holds the two equal. It exists
+// because the answer is written on every decision, and reflection was a
+// large part of that.
 func (r *result) appendJSON(b []byte) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)

@@ -52,7 +52,7 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sc *scratch) e
 	if err != nil {
 		return err
 	}
-	sc.appendRateLimit(limiter.Spend, res.Result)
+	sc.x.AddRateLimit(limiter.Spend, res.Result)
 	sc.out = append(h.appendAcquired(sc, sc.out, res), '\n')
 	sc.answer(w)
 	return nil

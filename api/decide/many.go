@@ -125,9 +125,9 @@ func appendProblem(sc *scratch, b []byte, err error) ([]byte, error) {
 //	{"requests": [{"op": "spend", "buckets": [...]}, ...]}
 //
 // with 1 to maxRequests requests, each a check, spend, refund or settle
-// whose buckets decodeFast takes. It reports
-// false for anything else, valid or not, and decodeManyStrict then reads
-// the body; the fuzz test holds the two to the same requests.
+// whose buckets decodeFast takes. It reports false for anything else,
+// valid or not, and decodeManyStrict then reads the body; the fuzz test
+// holds the two to the same requests.
 func decodeManyFast(body []byte, sc *scratch) bool {
 	p := jsonScanner{b: body}
 	if !p.next('{') || !p.key("requests") || !p.next('[') {

@@ -14,13 +14,14 @@ import {
 } from './format.js';
 import * as limits from './limits.js';
 import * as overrides from './overrides.js';
+import * as tryRequest from './tryrequest.js';
 
 // The token lives in sessionStorage: it survives a reload of the tab and
 // is gone when the tab closes. It is never put in a URL or a cookie.
 const TOKEN_KEY = 'ratelimitd.admin.token';
 
 // session is what the page knows after sign-in.
-const session = { client: null, me: null, limits: [] };
+const session = { client: null, me: null, limits: [], rules: [] };
 
 // Whether a scope may change overrides, as the API documents it; every
 // scope may look buckets up. Only admins change limits.
@@ -70,9 +71,10 @@ async function signIn(token) {
 
 function signOut(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
-  Object.assign(session, { client: null, me: null, limits: [] });
+  Object.assign(session, { client: null, me: null, limits: [], rules: [] });
   for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
   overrides.stop();
+  tryRequest.clear();
   clearLookup();
   $('#lookup-form').reset();
   showLookupBy('bucket');
@@ -129,6 +131,7 @@ async function loadRules() {
     fill(row, 'limit', ...breakable(r.limit));
     return row;
   });
+  session.rules = rules;
   $('#rules-table tbody').replaceChildren(...rows);
   $('#rules-empty').hidden = rows.length > 0;
 }
@@ -350,6 +353,7 @@ function init() {
   initDialogs();
   limits.init({ session, reloadLimits: loadLimits });
   overrides.init({ session, lookUp: lookUpFromCard, reloadLimits: loadLimits });
+  tryRequest.init({ session, rules: () => session.rules });
 
   $('#token-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
