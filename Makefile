@@ -72,6 +72,7 @@ fuzz:
 		echo "== $$name ($$pkg)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
+	$(GO) -C client test ./ratelimit -run '^$$' -fuzz '^FuzzDecodeAnswer$$' -fuzztime $(FUZZTIME)
 	RATELIMIT_MODEL_DURATION=$(FUZZTIME) $(GO) test ./cmd/ratelimitd -run '^TestModel$$' -count=1 -timeout 0 -v
 
 # Regenerates the Go client from openapi.yaml with the root module's

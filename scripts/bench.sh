@@ -112,10 +112,27 @@
 #         rows: each carries BENCH_DECISIONS decisions, and a client that
 #         gathers its callers' calls keeps few requests in flight.
 #
+# Two more, driven by a Go program, scripts/clientload, as a service calls
+# ratelimitd: BENCH_CLIENT_GOROUTINES goroutines in a closed loop, each
+# call a spend of one token on bench_allowed_one, the ids stepping through
+# BENCH_IDS as spend.lua's do, every answer checked:
+#
+#   client       through the Go package for services (client/ratelimit),
+#                whose calls share requests to POST /v1/decisions. Local
+#                denials are off (no call here is denied anyway).
+#   client-rest  each call a POST /v1/spend through the generated client
+#                (package client): what a service pays without the
+#                package, and the yardstick of the client's own CPU.
+#
+# A table of their own adds what only they measure: the CPU the client
+# process used per decision (getrusage), the mean decisions per HTTP
+# request, and the ratio of decisions/s to the requests/s of the same
+# store's 1-allowed row (the REST spend over wrk) in the same round.
+#
 # A decision is one request of a single route, or one request of a
 # /v1/decisions body: the rates and CPU columns are per decision, which for
-# every row but decisions is per HTTP request; p50 and p99 are per HTTP
-# request.
+# every row but decisions and client is per HTTP request; p50 and p99 are
+# per HTTP request, but in the client rows, where they are per call.
 #
 # The scenario "nginx" has a table of its own, after this one: requests
 # through nginx alone, with its limit_req, and asking ratelimitd with
@@ -128,8 +145,8 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
-#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx decisions"
-#                      (also 3-denied)
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx
+#                      (also 3-denied)                        decisions client client-rest"
 #   BENCH_DECISIONS    spends per request (decisions)         64
 #   BENCH_DECISIONS_CONNECTIONS  wrk connections (decisions)  8
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
@@ -140,6 +157,8 @@
 #   BENCH_H2C_STREAMS       h2load streams per connection     32
 #   BENCH_CEILING_WAIT the waiting ceiling's wait; 0 leaves   200us
 #                      it out
+#   BENCH_CLIENT_GOROUTINES  clientload's goroutines          64
+#                      (client, client-rest)
 #   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
 #   BENCH_GOGC         GOGC of the service                    unset: the service's
 #                      floor of 64 MiB between collections (docs/configuration.md)
@@ -159,7 +178,7 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx decisions}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx decisions client client-rest}
 PER=${BENCH_DECISIONS:-64}
 PER_CONNECTIONS=${BENCH_DECISIONS_CONNECTIONS:-8}
 REDIS_URL=${BENCH_REDIS_URL:-}
@@ -171,15 +190,16 @@ GHZ=github.com/bojand/ghz/cmd/ghz@v0.121.0
 H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
 H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
 CEILING_WAIT=${BENCH_CEILING_WAIT:-200us}
+CLIENT_GOROUTINES=${BENCH_CLIENT_GOROUTINES:-64}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx | decisions) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx | decisions | client | client-rest) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
 [[ $PER =~ ^[1-9][0-9]*$ ]] && [ "$PER" -le 1000 ] || die "BENCH_DECISIONS must be 1 to 1000"
 [[ $PER_CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "BENCH_DECISIONS_CONNECTIONS must be a positive integer"
-for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
-	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
+for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS" "$CLIENT_GOROUTINES"; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS, BENCH_H2C_STREAMS and BENCH_CLIENT_GOROUTINES must be positive integers"
 done
 
 # has_scenario NAME reports whether BENCH_SCENARIOS names a scenario.
@@ -190,6 +210,9 @@ has_scenario() {
 
 need_wrk
 build
+if has_scenario client || has_scenario client-rest; then
+	(cd "$ROOT" && CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/clientload ./scripts/clientload) || die "building clientload failed"
+fi
 # The nginx scenario runs after the others' table, from its own file.
 NGINX=
 if has_scenario nginx; then
@@ -218,6 +241,11 @@ fi
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
+# The client rows' own figures, a line per run: target, round, client CPU
+# µs per decision, decisions per HTTP request, and (filled in below) the
+# ratio to the REST spend row.
+CLIENT_RESULTS="$WORK/client-results"
+: >"$CLIENT_RESULTS"
 status=0
 
 # The targets: the ceiling, then each store's scenarios. For each, its
@@ -421,6 +449,20 @@ decisions_spend() {
 		die "wrk printed no result: $out"
 }
 
+# client_spend URL TOKEN DURATION SCENARIO EXPECT runs scripts/clientload
+# (see client and client-rest above) and prints wrk_spend's line, its
+# errors as non-2xx answers; it leaves the client's CPU µs and the HTTP
+# requests it made in $WORK/client-last.
+client_spend() {
+	local mode=package out calls secs p50 p99 errors wrong cpu requests
+	[ "$4" = client-rest ] && mode=rest
+	out=$("$ROOT/bin/clientload" -url "$1" -token "$2" -mode "$mode" -duration "$3" -warmup 0s -ids "$IDS" \
+		-goroutines "$CLIENT_GOROUTINES" -limit bench_allowed_one -expect "$5" 2>&1) || die "clientload failed: $out"
+	read -r _ calls secs p50 p99 errors wrong cpu requests < <(grep '^result ' <<<"$out") || die "clientload printed no result: $out"
+	echo "$cpu $requests" >"$WORK/client-last"
+	echo "$calls $secs $p50 $p99 $errors $wrong 0 -"
+}
+
 # spend TARGET DURATION EXPECT loads a target for DURATION with the
 # tool of its scenario and prints wrk_spend's line.
 spend() {
@@ -433,6 +475,7 @@ spend() {
 		fa) fa_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		decisions) decisions_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		client | client-rest) client_spend "${URL[$t]}" "${TOKEN[$t]}" "$2" "$sc" "$3"; return ;;
 		esac
 		n=${sc%%-*} kind=${sc#*-}
 	fi
@@ -466,6 +509,13 @@ run() {
 	fi
 	# From here on the figures are per decision.
 	[ "${t#* }" = decisions ] && req=$((req * PER))
+	case ${t#* } in client | client-rest)
+		local ccpu creqs
+		read -r ccpu creqs <"$WORK/client-last"
+		awk -v t="$t" -v r="$round" -v req="$req" -v cpu="$ccpu" -v n="$creqs" \
+			'BEGIN {printf "%s\t%d\t%.1f\t%.1f\n", t, r, req ? cpu / req : 0, n ? req / n : 0}' >>"$CLIENT_RESULTS"
+		;;
+	esac
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
 		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" \
 		-v own="$own" -v rcpu=$((rcpu1 - rcpu0)) -v reads=$((r1 - r0)) 'BEGIN {
@@ -495,10 +545,11 @@ awk -F'\t' -v OFS='\t' '{row[NR] = $0; if ($1 == "ceiling") c[$2] = $3}
 	"$RESULTS" >"$RESULTS.ratio"
 mv "$RESULTS.ratio" "$RESULTS"
 
-# median TARGET COLUMN prints the median of a column over the rounds and,
-# with more than one round, their minimum and maximum in brackets.
+# median TARGET COLUMN [FILE] prints the median of a column of $RESULTS
+# (or FILE) over the rounds and, with more than one round, their minimum
+# and maximum in brackets.
 median() {
-	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "$RESULTS" | sort -g |
+	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "${3:-$RESULTS}" | sort -g |
 		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) {print v[1]; exit}
 			m = NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)
 			print (NR > 1 ? m " (" v[1] "–" v[NR] ")" : m)}'
@@ -527,6 +578,28 @@ echo
 			"$(median "$t" 12)" "$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
 	done
 } | column -t -s $'\t'
+# The client rows' table: their decisions/s, p99, and CPU per decision of
+# the service and Redis from $RESULTS; the client's CPU per decision and
+# decisions per request from $CLIENT_RESULTS; and the ratio of each
+# round's decisions/s to the requests/s of the same store's 1-allowed row
+# in that round.
+if [ -s "$CLIENT_RESULTS" ]; then
+	awk -F'\t' -v OFS='\t' 'NR == FNR {if ($1 ~ / 1-allowed$/) rest[substr($1, 1, index($1, " ") - 1), $2] = $3
+			if ($1 ~ / client(-rest)?$/) rate[$1, $2] = $3; next}
+		{store = substr($1, 1, index($1, " ") - 1); r = rest[store, $2]
+			print $0, r ? sprintf("%.2f", rate[$1, $2] / r) : "-"}' "$RESULTS" "$CLIENT_RESULTS" >"$CLIENT_RESULTS.ratio"
+	mv "$CLIENT_RESULTS.ratio" "$CLIENT_RESULTS"
+	echo
+	echo "client rows: scripts/clientload, $CLIENT_GOROUTINES goroutines, one token of bench_allowed_one per call (a decision)"
+	{
+		printf 'target\tdecisions/s\tp99 ms\tservice µs CPU/decision\tRedis µs CPU/decision\tclient µs CPU/decision\tdecisions/request\tx 1-allowed requests/s\n'
+		for t in "${TARGETS[@]}"; do
+			case ${t#* } in client | client-rest) ;; *) continue ;; esac
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$(median "$t" 3)" "$(median "$t" 5)" "$(median "$t" 6)" "$(median "$t" 10)" \
+				"$(median "$t" 3 "$CLIENT_RESULTS")" "$(median "$t" 4 "$CLIENT_RESULTS")" "$(median "$t" 5 "$CLIENT_RESULTS")"
+		done
+	} | column -t -s $'\t'
+fi
 echo
 echo "each round:"
 {
