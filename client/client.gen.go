@@ -168,6 +168,27 @@ func (e IDFormat) Valid() bool {
 	}
 }
 
+// Defines values for LeftOutEntity.
+const (
+	LeftOutEntityLimit    LeftOutEntity = "limit"
+	LeftOutEntityOverride LeftOutEntity = "override"
+	LeftOutEntityRule     LeftOutEntity = "rule"
+)
+
+// Valid indicates whether the value is a known member of the LeftOutEntity enum.
+func (e LeftOutEntity) Valid() bool {
+	switch e {
+	case LeftOutEntityLimit:
+		return true
+	case LeftOutEntityOverride:
+		return true
+	case LeftOutEntityRule:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LimitKind.
 const (
 	LimitKindConcurrency LimitKind = "concurrency"
@@ -564,6 +585,23 @@ type LeaseBucket struct {
 	Limit LimitName `json:"limit"`
 }
 
+// LeftOut defines model for LeftOut.
+type LeftOut struct {
+	Entity LeftOutEntity `json:"entity"`
+
+	// ID The limit's name, or the override's or the rule's id.
+	ID string `json:"id"`
+
+	// Limit The limit of an override or a rule; null for a limit.
+	Limit *string `json:"limit"`
+
+	// Reason Why the row is not in force, e.g. `time_zone: must be an IANA zone name ...` or `its limit Q is left out`.
+	Reason string `json:"reason"`
+}
+
+// LeftOutEntity defines model for LeftOut.Entity.
+type LeftOutEntity string
+
 // Limit defines model for Limit.
 type Limit struct {
 	// Burst The most tokens a bucket admits at once; for a concurrency limit the most units it holds at once; for a calendar quota equal to `count`.
@@ -697,8 +735,10 @@ type LimitPut struct {
 	// Shadow Decisions are computed, counted and reported with `shadow`, but never deny.
 	Shadow *bool `json:"shadow,omitempty"`
 
-	// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
-	// paths and names the zone database does not know are 422.
+	// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`, from the
+	// zone database built into ratelimitd, never the host's. `Local`,
+	// paths and names that database does not know (`localtime`,
+	// `posixrules`, `right/UTC`) are 422.
 	//
 	//
 	// Example: Europe/Paris
@@ -1014,8 +1054,11 @@ type Status struct {
 
 		// InStep False while the database cannot be read; decisions go on from this snapshot.
 		InStep bool `json:"in_step"`
-		Limits int  `json:"limits"`
-		Loaded bool `json:"loaded"`
+
+		// LeftOut Stored rows this replica does not hold, because its version cannot use them (a time zone, id format, kind or rule member it does not know, parameters no decision can use), and the overrides and rules of a limit left out; everything else is in force, and /readyz stays 200. Empty when every row is in force. Sorted by entity, then id.
+		LeftOut []LeftOut `json:"left_out"`
+		Limits  int       `json:"limits"`
+		Loaded  bool      `json:"loaded"`
 
 		// Overrides Enabled overrides held, expired ones included until the next full load.
 		Overrides int `json:"overrides"`
@@ -1038,8 +1081,10 @@ type StatusFailMode string
 // StatusStore defines model for Status.Store.
 type StatusStore string
 
-// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
-// paths and names the zone database does not know are 422.
+// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`, from the
+// zone database built into ratelimitd, never the host's. `Local`,
+// paths and names that database does not know (`localtime`,
+// `posixrules`, `right/UTC`) are 422.
 //
 // Example: Europe/Paris
 type TimeZone = string

@@ -246,6 +246,22 @@ func New(cfg Config) *Telemetry {
 		Name: "ratelimitd_snapshot_overrides",
 		Help: "Enabled overrides in the snapshot, expired ones included until the next full load.",
 	}, func() float64 { return float64(cfg.Status().Overrides) }))
+	for _, entity := range []string{limiter.EntityLimit, limiter.EntityOverride, limiter.EntityRule} {
+		register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimitd_snapshot_left_out",
+			Help: "Stored rows the snapshot leaves out, by entity (limit, override, rule), because this version cannot use them " +
+				"or they depend on a limit left out; /v1/status lists them with the reason. Everything else is in force.",
+			ConstLabels: prometheus.Labels{"entity": entity},
+		}, func() float64 {
+			n := 0
+			for _, r := range cfg.Status().LeftOut {
+				if r.Entity == entity {
+					n++
+				}
+			}
+			return float64(n)
+		}))
+	}
 	register(reg, collectors.NewGoCollector())
 	register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return t
