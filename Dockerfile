@@ -2,6 +2,9 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The Go client is a module of its own that the service's requires
+# through a replace directive (./client): its go.mod is needed to resolve.
+COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

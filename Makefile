@@ -5,6 +5,11 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: build run test check lint bench microbench soak fuzz generate
 
+# The repository holds two modules: the service's, here, and the Go
+# client's, in client/, which services require without the service's
+# dependencies. `go test ./...` does not descend into a nested module,
+# so the targets below run the client's with `go -C client`.
+
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ratelimitd ./cmd/ratelimitd
 
@@ -16,6 +21,7 @@ run: build
 # CI=true, where anything missing fails.
 test: lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) -C client test -race -count=1 -timeout 10m ./...
 
 # Lints openapi.yaml with Redocly CLI's recommended rules (redocly.yaml;
 # the exceptions and their reasons are in .redocly.lint-ignore.yaml).
@@ -30,7 +36,9 @@ check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C client vet ./...
 	$(STATICCHECK) ./...
+	cd client && $(STATICCHECK) ./...
 	$(MAKE) test
 
 # Closed-loop throughput of the service over loopback with wrk, as ratios
@@ -43,6 +51,7 @@ bench:
 # database and the loader (those need Postgres and Redis; several minutes).
 microbench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -timeout 60m ./...
+	$(GO) -C client test -run '^$$' -bench . -benchmem -cpu 1,2 -timeout 20m ./...
 
 # Ten minutes at a constant half of the maximum throughput with vegeta;
 # memory and goroutines must stay flat (scripts/soak.sh; needs curl, jq and
@@ -64,6 +73,7 @@ fuzz:
 	done
 	RATELIMIT_MODEL_DURATION=$(FUZZTIME) $(GO) test ./cmd/ratelimitd -run '^TestModel$$' -count=1 -timeout 0 -v
 
-# Regenerates the Go client from openapi.yaml; a test fails while it is stale.
+# Regenerates the Go client from openapi.yaml with the root module's
+# oapi-codegen (client/generate.go); a test fails while it is stale.
 generate:
-	$(GO) generate ./client
+	$(GO) -C client generate .

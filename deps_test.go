@@ -51,6 +51,8 @@ var importRules = []importRule{
 		why:   "the id formats import the engine's vocabulary, IDNA and the public suffix list, nothing else"},
 	{pkg: "./client/clientip", forbid: []string{nonStd},
 		why: "the client address through trusted proxies is shared by the server's forward auth and the services' client, so it imports the standard library only"},
+	{pkg: "./client/...", forbid: serverDeps,
+		why: "services build the Go client into their own binaries, which must not carry the server's dependencies"},
 	{pkg: "./limiter/rules", forbid: []string{nonStd}, allow: []string{"./limiter"},
 		why: "the rules import the engine's vocabulary, nothing else"},
 	{pkg: "./db/...", forbid: []string{"./api/...", "./cmd/..."},
@@ -81,6 +83,21 @@ var importRules = []importRule{
 		why:    "test helpers are imported by _test.go files only"},
 }
 
+// serverDeps are the dependencies of the server that a service importing
+// the Go client must not get: the database drivers and migrations, the
+// Redis client, the admin API's framework, the OpenTelemetry SDK and
+// Prometheus.
+var serverDeps = []string{
+	"github.com/jackc/pgx/...", "modernc.org/sqlite/...", "github.com/pressly/goose/...",
+	"github.com/redis/go-redis/...", "github.com/labstack/echo/...",
+	"go.opentelemetry.io/otel/sdk/...", "github.com/prometheus/...",
+}
+
+// clientModule is the directory of the Go client's module, nested in this
+// one: `go list ./...` here does not descend into it, so the rules list
+// its packages there.
+const clientModule = "client"
+
 // listedPackage is what `go list -json` says of a package that the rules
 // read.
 type listedPackage struct {
@@ -88,27 +105,23 @@ type listedPackage struct {
 	Deps       []string
 }
 
-// TestImportRules fails when a package of this module depends on one the
-// house style keeps it from, so that the layering cannot drift.
+// TestImportRules fails when a package of this module or of the client's
+// depends on one the house style keeps it from, so that the layering
+// cannot drift.
 func TestImportRules(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json=ImportPath,Deps", "./...").Output()
-	if err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			t.Fatalf("go list: %v\n%s", err, exit.Stderr)
-		}
-		t.Fatalf("go list: %v", err)
-	}
 	var pkgs []listedPackage
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var p listedPackage
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("decoding go list: %v", err)
+	for _, dir := range []string{".", clientModule} {
+		out := goCommand(t, "-C", dir, "list", "-json=ImportPath,Deps", "./...")
+		dec := json.NewDecoder(bytes.NewReader(out))
+		for {
+			var p listedPackage
+			if err := dec.Decode(&p); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("decoding go list: %v", err)
+			}
+			pkgs = append(pkgs, p)
 		}
-		pkgs = append(pkgs, p)
 	}
 	for _, r := range importRules {
 		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return matches(r.pkg, p.ImportPath) }) {
@@ -118,6 +131,43 @@ func TestImportRules(t *testing.T) {
 	for _, v := range importViolations(pkgs, importRules) {
 		t.Error(v)
 	}
+}
+
+// TestClientModuleRequires fails when the client module's go.mod requires
+// one of the server's dependencies, or the server's module: a service that
+// requires the client would get them in its module graph, and a test of
+// the client could import them unseen by TestImportRules, which reads what
+// is built.
+func TestClientModuleRequires(t *testing.T) {
+	var mod struct {
+		Require []struct{ Path string }
+	}
+	if err := json.Unmarshal(goCommand(t, "-C", clientModule, "mod", "edit", "-json"), &mod); err != nil {
+		t.Fatalf("decoding go mod edit -json: %v", err)
+	}
+	if len(mod.Require) == 0 {
+		t.Fatal("client/go.mod requires nothing: was it read?")
+	}
+	for _, r := range mod.Require {
+		if r.Path == module || slices.ContainsFunc(serverDeps, func(f string) bool { return matches(f, r.Path) }) {
+			t.Errorf("client/go.mod requires %s, which a service requiring the client must not get", r.Path)
+		}
+	}
+}
+
+// goCommand runs the go command with args and returns its standard output,
+// failing the test with its standard error.
+func goCommand(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, exit.Stderr)
+		}
+		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+	}
+	return out
 }
 
 // TestImportViolations shows that the check reports a forbidden dependency,

@@ -62,6 +62,35 @@ func TestLimitKinds(t *testing.T) {
 	}
 }
 
+// TestQuotaIsNoKind: "quota", the kind a person would guess for a
+// calendar quota, is refused on kind with how to make one, which then
+// works as the message says; nothing is written before.
+func TestQuotaIsNoKind(t *testing.T) {
+	const how = `a calendar quota is kind "rate" with "calendar" set to hour, day, week, month or year`
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			before := e.rows()
+			for _, body := range []obj{
+				{"id_format": "string", "kind": "quota", "calendar": "day", "count": 10},
+				{"id_format": "string", "kind": "quota", "count": 10},
+				{"id_format": "string", "kind": "calendar", "calendar": "month", "count": 10},
+			} {
+				p := e.do("PUT", "/v1/limits/Exports", e.admin, body).expect(t, http.StatusUnprocessableEntity).problem(t)
+				if msg := fieldErrors(p)["kind"]; !strings.Contains(msg, how) {
+					t.Errorf("%v: kind: %q, want it to say %q", body, msg, how)
+				}
+			}
+			e.unchanged(before)
+			quota := e.do("PUT", "/v1/limits/Exports", e.admin, obj{"id_format": "string", "kind": "rate", "calendar": "day", "count": 10}).
+				expect(t, http.StatusCreated).object(t)
+			if quota["kind"] != "rate" || quota["calendar"] != "day" {
+				t.Errorf("the quota made as the message says: %v", quota)
+			}
+		})
+	}
+}
+
 // TestQuotaNewWindows: a quota's calendar or zone may change, and its
 // usage then starts again in the new windows; a change that an override
 // would not fit is refused naming calendar, and writes nothing.

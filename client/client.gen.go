@@ -636,7 +636,9 @@ type Limit struct {
 	// Kind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
 	// each bucket holds at most `burst` units at once, acquired as leases
 	// (`POST /v1/acquire`) that live at most `period` without renewal.
-	// Fixed at creation.
+	// Fixed at creation. A calendar quota is no kind of its own: it is
+	// `rate` with `calendar` set; any other value (`quota` included) is
+	// 422 on `kind`, with a message that says so.
 	Kind LimitKind `json:"kind"`
 	Name LimitName `json:"name"`
 
@@ -658,7 +660,9 @@ type Limit struct {
 // LimitKind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
 // each bucket holds at most `burst` units at once, acquired as leases
 // (`POST /v1/acquire`) that live at most `period` without renewal.
-// Fixed at creation.
+// Fixed at creation. A calendar quota is no kind of its own: it is
+// `rate` with `calendar` set; any other value (`quota` included) is
+// 422 on `kind`, with a message that says so.
 type LimitKind string
 
 // LimitList defines model for LimitList.
@@ -719,7 +723,9 @@ type LimitPut struct {
 	// Kind `rate`: a GCRA rate, or with `calendar` a calendar quota. `concurrency`:
 	// each bucket holds at most `burst` units at once, acquired as leases
 	// (`POST /v1/acquire`) that live at most `period` without renewal.
-	// Fixed at creation.
+	// Fixed at creation. A calendar quota is no kind of its own: it is
+	// `rate` with `calendar` set; any other value (`quota` included) is
+	// 422 on `kind`, with a message that says so.
 	Kind *LimitKind `json:"kind,omitempty"`
 	Name *LimitName `json:"name,omitempty"`
 

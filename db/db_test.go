@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -198,6 +199,15 @@ func TestOpenErrors(t *testing.T) {
 	_, err = Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "missing", "dir", "x.db"), Options{})
 	if !errors.Is(err, limiter.ErrUnavailable) {
 		t.Errorf("Open of a file that cannot be created = %v, want ErrUnavailable", err)
+	}
+	// SQLite ends a path at NUL: "x.db\x00y" would open, and create, x.db.
+	dir := t.TempDir()
+	if d, err := Open(ctx, "sqlite:"+filepath.Join(dir, "x.db\x00y"), Options{}); err == nil {
+		_ = d.Close()
+		t.Error("Open of a path with NUL succeeded")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("Open of a path with NUL created %v", entries)
 	}
 }
 

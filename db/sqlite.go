@@ -44,6 +44,9 @@ func openSQLite(ctx context.Context, d *DB, path string) error {
 		return errors.New(`database: "sqlite:" needs a file path, as in "sqlite:ratelimitd.db"`)
 	case strings.ContainsRune(path, '?'):
 		return errors.New(`database: a SQLite file path cannot contain "?"`)
+	case strings.ContainsRune(path, 0):
+		// SQLite would end the path there and open another file.
+		return errors.New("database: a SQLite file path cannot contain NUL")
 	case strings.Contains(path, ":memory:"):
 		// Each connection would have a database of its own.
 		return errors.New("database: an in-memory SQLite database is not supported; give a file path")

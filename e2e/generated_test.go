@@ -48,6 +48,13 @@ func TestGeneratedGoClient(t *testing.T) {
 	if !strings.HasPrefix(first, "module ") {
 		t.Fatalf("go.mod begins with %q, not its module", first)
 	}
+	// The replace directive of the client's module names it relative to
+	// the repository, which the copy is not in.
+	clientDir, err := filepath.Abs(filepath.Join(moduleRoot, "client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest = strings.ReplaceAll(rest, "=> ./client", "=> "+clientDir)
 	writeFile(t, filepath.Join(dir, "go.mod"), "module tour\n"+rest)
 	copyFile(t, filepath.Join(moduleRoot, "go.sum"), filepath.Join(dir, "go.sum"))
 	copyFile(t, filepath.Join("testdata", "tour", "main.go"), filepath.Join(dir, "main.go"))

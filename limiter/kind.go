@@ -71,7 +71,9 @@ func (l Limit) validateKind(ve *ValidationError) {
 			ve.Add("calendar", "a concurrency limit cannot be a calendar quota")
 		}
 	default:
-		ve.Add("kind", "must be rate or concurrency")
+		// "quota" is the guess of whoever reads of calendar quotas: say
+		// how to make one.
+		ve.Add("kind", `must be rate or concurrency; a calendar quota is kind "rate" with "calendar" set to hour, day, week, month or year`)
 		return
 	}
 	if l.Quota() {

@@ -74,7 +74,7 @@ func TestAdminPage(t *testing.T) {
 	p.waitText("the limit is listed", row, adminLimit)
 	cells := adminEval[[]string](p, "read the limit's row",
 		fmt.Sprintf(`[...document.querySelector('%s').cells].map(c => c.textContent.trim())`, row))
-	if want := []string{"Rate", "reg_id", "300 per 3h, burst 300", "No", "0"}; len(cells) < 6 || !slices.Equal(cells[1:5], want[:4]) || !strings.HasPrefix(cells[5], want[4]) {
+	if want := []string{"rate", "reg_id", "300 per 3 hours, burst 300", "No", "0"}; len(cells) < 6 || !slices.Equal(cells[1:5], want[:4]) || !strings.HasPrefix(cells[5], want[4]) {
 		t.Errorf("limit row = %q, want %q after the name", cells, want)
 	}
 	if shown := adminEval[bool](p, "look for the limit controls",
@@ -109,7 +109,7 @@ func TestAdminPage(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#of-limit"), "N"),
 	)
 	p.waitValue("the form starts from the limit's count", "#of-count", "300")
-	p.waitValue("and its period", "#of-period", "3h")
+	p.waitValue("and its period, in words", "#of-period", "3 hours")
 	p.do("fill the form with a typo",
 		p.typeInto("#of-bucket", adminBucket+"x"),
 		p.typeInto("#of-burst", "600"),
@@ -134,7 +134,7 @@ func TestAdminPage(t *testing.T) {
 	p.do("search by bucket id with a leading zero", p.typeInto("#s-bucket", "0"+adminBucket+"\n"))
 	p.waitText("the search ran", "#override-summary", "Showing 1 override for bucket id “0"+adminBucket+"”")
 	card := fmt.Sprintf(`#override-list li[data-bucket=%q]`, adminBucket)
-	p.waitText("the card shows the new allowance", card+` [data-slot="allowance"]`, "300 per 3h, burst 600")
+	p.waitText("the card shows the new allowance", card+` [data-slot="allowance"]`, "300 per 3 hours, burst 600")
 
 	// The bucket now has the override's burst: the write was answered
 	// once decisions used it.
@@ -270,7 +270,7 @@ func TestAdminPageKinds(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#new-limit")),
 		chromedp.WaitVisible(chromedp.CSS("#lf-name")),
 		p.typeInto("#lf-name", "ModelCalls"),
-		chromedp.SendKeys(chromedp.CSS("#lf-kind"), "Con"),
+		p.choose("#lf-kind", "concurrency"),
 		chromedp.SendKeys(chromedp.CSS("#lf-id-format"), "s"))
 	p.waitTextIs("the burst reads as what is held at once", `label[for="lf-burst"]`, "At most at once (burst)")
 	p.waitTextIs("the period reads as the longest lease", `label[for="lf-period"]`, "Longest lease (period)")
@@ -292,7 +292,7 @@ func TestAdminPageKinds(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#new-limit")),
 		chromedp.WaitVisible(chromedp.CSS("#lf-name")),
 		p.typeInto("#lf-name", "ExportsPerDay"),
-		chromedp.SendKeys(chromedp.CSS("#lf-kind"), "Cal"),
+		p.choose("#lf-kind", "quota"),
 		chromedp.SendKeys(chromedp.CSS("#lf-id-format"), "s"),
 		chromedp.WaitVisible(chromedp.CSS("#lf-calendar")),
 		chromedp.SendKeys(chromedp.CSS("#lf-calendar"), "D"),
@@ -318,10 +318,10 @@ func TestAdminPageKinds(t *testing.T) {
 		return adminEval[[]string](p, "read the row of "+name,
 			fmt.Sprintf(`[...document.querySelector('%s').cells].slice(0, 4).map(c => c.textContent.trim())`, row))
 	}
-	if got, want := rowOf("ModelCalls"), []string{"ModelCalls", "Concurrency", "string", "At most 10 at once, leases up to 1h"}; !slices.Equal(got, want) {
+	if got, want := rowOf("ModelCalls"), []string{"ModelCalls", "concurrency", "string", "At most 10 at once, leases up to 1 hour"}; !slices.Equal(got, want) {
 		t.Errorf("row of ModelCalls = %q, want %q", got, want)
 	}
-	if got, want := rowOf("ExportsPerDay"), []string{"ExportsPerDay", "Calendar quota", "string", "5 per calendar day in Europe/Paris"}; !slices.Equal(got, want) {
+	if got, want := rowOf("ExportsPerDay"), []string{"ExportsPerDay", "rate · calendar quota (day, Europe/Paris)", "string", "5 per calendar day in Europe/Paris"}; !slices.Equal(got, want) {
 		t.Errorf("row of ExportsPerDay = %q, want %q", got, want)
 	}
 
@@ -333,7 +333,7 @@ func TestAdminPageKinds(t *testing.T) {
 		p.typeInto("#lk-bucket", "acct-42\n"))
 	p.waitTextIs("the lease is held", "#lk-held", "3 of 10 held")
 	p.waitTextIs("and the rest remains", "#lk-remaining", "7")
-	p.waitText("its parameters", "#lk-params", "At most 10 at once, leases up to 1h")
+	p.waitText("its parameters", "#lk-params", "At most 10 at once, leases up to 1 hour")
 	if p.visible("#lk-used") || p.visible("#lk-debt") {
 		t.Error("a concurrency bucket's look-up shows a quota's usage or a debt")
 	}
@@ -424,7 +424,7 @@ func TestAdminPageKinds(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#of-limit")),
 		chromedp.SendKeys(chromedp.CSS("#of-limit"), "M"))
 	p.waitValue("the burst starts from the limit's", "#of-burst", "10")
-	p.waitValue("and the lease period", "#of-period", "1h")
+	p.waitValue("and the lease period, in words", "#of-period", "1 hour")
 	if p.visible("#of-count") {
 		t.Error("a concurrency limit's override form shows a count")
 	}
@@ -434,13 +434,128 @@ func TestAdminPageKinds(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#of-save")),
 		chromedp.WaitNotVisible(chromedp.CSS("#override-dialog")))
 	leaseCard := `#override-list li[data-limit="ModelCalls"][data-bucket="acct-42"]`
-	p.waitText("the card shows the new burst", leaseCard+` [data-slot="allowance"]`, "At most 20 at once, leases up to 1h")
+	p.waitText("the card shows the new burst", leaseCard+` [data-slot="allowance"]`, "At most 20 at once, leases up to 1 hour")
 	checkFields(t, "the concurrency limit's override", svc.override(t, "ModelCalls", "acct-42"), map[string]any{"burst": 20.0, "count": 20.0, "period": "1h0m0s"})
 	p.do("look the bucket up from its card", chromedp.Click(chromedp.CSS(leaseCard+` [data-act="check"]`)))
 	p.waitTextIs("the lease is held under the override", "#lk-held", "3 of 20 held")
 	if os.Getenv("RATELIMIT_SCREENSHOT") == "1" {
 		p.screenshot(filepath.Join("..", "..", "docs", "admin.png"))
 	}
+
+	p.checkConsole()
+}
+
+// TestAdminPageWords checks the page's words and layout on a laptop's
+// screen, 1280×757: kinds named as the API names them, a quota said to be
+// one; counts in the singular for one; burst and count explained beside
+// their inputs; lengths of time typed as people type them, read back in
+// words and sent as the Go durations the API takes, and hostile ones
+// answered in words with nothing sent; and Save in view whenever a dialog
+// is open, however long it grows.
+func TestAdminPageWords(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	svc := startAdminService(t)
+	svc.mustCall(t, "PUT", "/v1/limits/Logins", svc.bootstrap, map[string]any{
+		"id_format": "string", "burst": 1, "count": 1, "period": "1m"}, http.StatusCreated, nil)
+	svc.mustCall(t, "PUT", "/v1/limits/ExportsPerDay", svc.bootstrap, map[string]any{
+		"id_format": "string", "calendar": "day", "time_zone": "Europe/Paris", "count": 5}, http.StatusCreated, nil)
+	p := newAdminPage(t, chromium)
+	p.do("open the page on a laptop's screen", chromedp.EmulateViewport(1280, 757),
+		chromedp.Navigate(svc.url+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	p.signIn(svc.createToken(t, "ada", "admin"), "ada", "admin")
+
+	row := func(name string) []string {
+		t.Helper()
+		sel := fmt.Sprintf(`#limits-table tr[data-limit=%q]`, name)
+		p.waitText(name+" is listed", sel, name)
+		return adminEval[[]string](p, "read the row of "+name,
+			fmt.Sprintf(`[...document.querySelector('%s').cells].slice(1, 4).map(c => c.textContent.trim())`, sel))
+	}
+	if got, want := row("Logins"), []string{"rate", "string", "1 per minute, burst 1"}; !slices.Equal(got, want) {
+		t.Errorf("row of Logins = %q, want %q", got, want)
+	}
+	if got, want := row("ExportsPerDay"), []string{"rate · calendar quota (day, Europe/Paris)", "string", "5 per calendar day in Europe/Paris"}; !slices.Equal(got, want) {
+		t.Errorf("row of ExportsPerDay = %q, want %q", got, want)
+	}
+
+	p.do("look up a bucket of one request", p.choose("#lk-limit", "Logins"), p.typeInto("#lk-bucket", "alice\n"))
+	p.waitTextIs("one request remains", "#lk-remaining", "1")
+	p.waitTextIs("in the singular", "#lk-unit", "request")
+	p.waitText("the notice too", "#lookup-notice", "1 request of 1 remaining")
+
+	// The override dialog: Save in view as it opens, and burst and count
+	// each explained in a sentence beside its input.
+	p.do("open the new override dialog", chromedp.Click(chromedp.CSS("#new-override")), chromedp.WaitVisible(chromedp.CSS("#of-limit")))
+	if !p.inView("#of-save") {
+		t.Error("the override dialog opens with Save out of view")
+	}
+	p.do("choose the rate limit", p.choose("#of-limit", "Logins"), p.typeInto("#of-bucket", "bob"))
+	p.waitText("burst is explained", "#of-burst-hint", "at once, after a quiet spell")
+	p.waitText("count is explained", "#of-count-hint", "steady rate")
+	p.waitValue("the period starts from the limit's, in words", "#of-period", "1 minute")
+
+	// Lengths of time as people type them, read back in words.
+	for _, tc := range []struct{ typed, words string }{
+		{"1 minute", "1 minute"}, {"90 seconds", "1 minute 30 seconds"}, {"2h30m", "2 hours 30 minutes"},
+		{"1h 30m", "1 hour 30 minutes"}, {"3 hours", "3 hours"}, {"1 day", "1 day"},
+	} {
+		p.do("type "+tc.typed, p.typeInto("#of-period", tc.typed))
+		p.waitTextIs("the page reads "+tc.typed, "#of-period-words", "Reads as "+tc.words+".")
+	}
+
+	// Hostile lengths of time and counts are answered in words beside the
+	// field, and nothing is sent.
+	for _, tc := range []struct{ field, text, want string }{
+		{"#of-period", "1e400 seconds", "without an exponent"},
+		{"#of-period", "-5 minutes", "cannot be negative"},
+		{"#of-period", "99999999999999999999 hours", "longer than ratelimitd can count"},
+		{"#of-period", "2562048 hours", "longer than ratelimitd can count"},
+		{"#of-period", "1\x00 minute", "Not a length of time"},
+		{"#of-period", "90", "Add a unit: “90 seconds”"},
+		{"#of-period", "1 fortnight", "“fortnight” is not a unit of time"},
+		{"#of-period", strings.Repeat("1h", 100), "too long"},
+		{"#of-burst", "1e400", "whole number"},
+		{"#of-burst", "-1", "whole number"},
+		{"#of-count", "99999999999999999999", "Too large"},
+	} {
+		errBox := tc.field + "-error"
+		p.do("enter "+tc.text, p.typeInto("#of-period", "1 minute"), p.typeInto("#of-burst", "1"), p.typeInto("#of-count", "1"),
+			p.enter(tc.field, tc.text), chromedp.Click(chromedp.CSS("#of-save")))
+		p.waitText(fmt.Sprintf("%q is answered in words", tc.text), errBox, tc.want)
+		p.waitFocus("the field has the focus", tc.field)
+		if got := adminEval[string](p, "read the error", fmt.Sprintf(`document.querySelector(%q).textContent`, errBox)); strings.Contains(got, "Go duration") {
+			t.Errorf("%q: %q speaks of Go", tc.text, got)
+		}
+		if !p.inView("#of-save") {
+			t.Errorf("with the error of %q shown, Save is out of view", tc.text)
+		}
+	}
+	var none struct{ Overrides []any }
+	svc.mustCall(t, "GET", "/v1/overrides?limit=Logins", svc.bootstrap, nil, http.StatusOK, &none)
+	if len(none.Overrides) != 0 {
+		t.Fatalf("a hostile value was sent: %v", none.Overrides)
+	}
+
+	p.do("save 90 seconds", p.typeInto("#of-burst", "2"), p.typeInto("#of-count", "1"), p.typeInto("#of-period", "90 seconds"),
+		chromedp.Click(chromedp.CSS("#of-save")), chromedp.WaitNotVisible(chromedp.CSS("#override-dialog")))
+	card := `#override-list li[data-limit="Logins"][data-bucket="bob"]`
+	p.waitText("the card says it in words", card+` [data-slot="allowance"]`, "1 per 1 minute 30 seconds, burst 2")
+	checkFields(t, "the override", svc.override(t, "Logins", "bob"), map[string]any{"period": "1m30s", "burst": 2.0, "count": 1.0})
+
+	// The limit dialog: Save in view, and a length of time in words.
+	p.do("open the new limit dialog", chromedp.Click(chromedp.CSS("#new-limit")), chromedp.WaitVisible(chromedp.CSS("#lf-name")))
+	if !p.inView("#lf-save") {
+		t.Error("the limit dialog opens with Save out of view")
+	}
+	p.waitText("burst is explained", "#lf-burst-hint", "at once, after a quiet spell")
+	p.waitText("count is explained", "#lf-count-hint", "steady rate")
+	p.do("create a limit of 100 per 2h30m",
+		p.typeInto("#lf-name", "Reports"), p.choose("#lf-id-format", "string"),
+		p.typeInto("#lf-burst", "100"), p.typeInto("#lf-count", "100"), p.typeInto("#lf-period", "2 hours and 30 minutes"))
+	p.waitTextIs("the page reads it", "#lf-period-words", "Reads as 2 hours 30 minutes.")
+	p.do("save it", chromedp.Click(chromedp.CSS("#lf-save")), chromedp.WaitNotVisible(chromedp.CSS("#limit-dialog")))
+	p.waitText("the creation is confirmed in words", "#limits-notice", "Created the limit Reports: 100 per 2 hours 30 minutes, burst 100")
+	checkFields(t, "the limit", svc.limit(t, "Reports"), map[string]any{"period": "2h30m0s"})
 
 	p.checkConsole()
 }
@@ -717,6 +832,39 @@ func (p *adminPage) typeInto(sel, text string) chromedp.Action[chromedp.Void] {
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).value = ''`, sel)),
 		chromedp.SendKeys(chromedp.CSS(sel), text),
 	)
+}
+
+// choose picks the option of a select by its value, as a user's choice
+// does, change event included.
+func (p *adminPage) choose(sel, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(el => { el.value = %q; el.dispatchEvent(new Event('change', { bubbles: true })); })(document.querySelector(%q))`, value, sel))
+}
+
+// setValue puts text into a field as a paste would, input event included:
+// text a keyboard cannot type, such as NUL.
+func (p *adminPage) setValue(sel, text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(el => { el.value = %q; el.dispatchEvent(new Event('input', { bubbles: true })); })(document.querySelector(%q))`, text, sel))
+}
+
+// enter types text into a field, or pastes it when a keyboard cannot type
+// it (NUL).
+func (p *adminPage) enter(sel, text string) chromedp.Action[chromedp.Void] {
+	if strings.ContainsFunc(text, func(r rune) bool { return r < ' ' }) {
+		return p.setValue(sel, text)
+	}
+	return p.typeInto(sel, text)
+}
+
+// inView reports whether the element that sel finds is wholly inside the
+// viewport and on top there, where a click lands on it.
+func (p *adminPage) inView(sel string) bool {
+	p.t.Helper()
+	return adminEval[bool](p, "see whether "+sel+" is in view", fmt.Sprintf(`(el => {
+		const r = el.getBoundingClientRect();
+		if (r.width === 0 || r.top < 0 || r.left < 0 || r.bottom > innerHeight || r.right > innerWidth) return false;
+		const at = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+		return el === at || el.contains(at);
+	})(document.querySelector(%q))`, sel))
 }
 
 // signIn pastes a token and waits for the page to show who it is.

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,40 +23,125 @@ import (
 // which needs no token: it already holds the database's credentials.
 const cliActor = auth.CLIActor
 
-// command parses the flags of a subcommand (extra registers its own), lets
-// check refuse them and the arguments before anything is opened, so that a
-// mistyped command touches no database, then opens the database, applying
-// pending migrations when migrate is true and RATELIMIT_MIGRATE allows it.
-func command(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer, migrate bool,
-	extra func(*flag.FlagSet), check func(rest []string) error) (*db.DB, []string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if extra != nil {
-		extra(fs)
+// creation says whether a command may create a SQLite file that does not
+// exist. serve and migrate up may; the others change or read what a
+// service has, which a new file cannot be: the file named is then not the
+// service's (a forgotten RATELIMIT_DATABASE_URL, another directory), and
+// a token or a limit written there would reach no service.
+type creation int
+
+const (
+	// mustExist: the command has no use for a new, empty database.
+	mustExist creation = iota
+	// createWithFlag: the command makes one with -create, which was not given.
+	createWithFlag
+	// mayCreate: serve, migrate up, or -create given.
+	mayCreate
+)
+
+// createFlag registers -create, for the commands that may make a new
+// database worth having.
+func createFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("create", false, "create the SQLite database when its file does not exist; without it the command refuses, as a new file is not the service's database")
+}
+
+// creationOf is the creation of a command with -create.
+func creationOf(create bool) creation {
+	if create {
+		return mayCreate
 	}
-	cfg, rest, err := loadConfig(fs, args, getenv)
-	if err != nil {
-		return nil, nil, err
+	return createWithFlag
+}
+
+// database opens the database the settings name and says on stderr which
+// it is (stdout is for what scripts read: an export, a secret). Pending
+// migrations are applied when migrate is true and RATELIMIT_MIGRATE allows.
+func (inv *invocation) database(ctx context.Context, c creation, migrate bool) (*db.DB, error) {
+	if err := missingDatabase(inv.cfg.DatabaseURL, c); err != nil {
+		return nil, err
 	}
-	if err := check(rest); err != nil {
-		return nil, nil, err
+	fmt.Fprintf(inv.stderr, "Using %s.\n", describeDatabase(inv.cfg.DatabaseURL))
+	return openDB(ctx, inv.cfg, newLogger(inv.stderr, inv.cfg.LogLevel), migrate && inv.cfg.Migrate)
+}
+
+// missingDatabase refuses a SQLite file that does not exist unless the
+// command may create it, saying which database it would have used and how
+// to name the right one.
+func missingDatabase(url string, c creation) error {
+	if c == mayCreate || !newSQLite(url) {
+		return nil
 	}
-	d, err := openDB(ctx, cfg, newLogger(stderr, cfg.LogLevel), migrate && cfg.Migrate)
-	return d, rest, err
+	path := strings.TrimPrefix(url, "sqlite:")
+	var b strings.Builder
+	fmt.Fprintf(&b, "there is no database at %s", absPath(path))
+	if url == defaultOf("RATELIMIT_DATABASE_URL") {
+		fmt.Fprintf(&b, ": neither -database-url nor RATELIMIT_DATABASE_URL names one, so the default %q was tried", url)
+	}
+	b.WriteString(`. Name the service's database with -database-url or RATELIMIT_DATABASE_URL ("postgres://..." or "sqlite:PATH")`)
+	if c == createWithFlag {
+		b.WriteString(", or give -create to make a new SQLite database there")
+	}
+	return errors.New(b.String())
+}
+
+// newSQLite reports whether url names a SQLite file that does not exist,
+// which opening it creates. Another error is for opening it to report.
+func newSQLite(url string) bool {
+	path, ok := strings.CutPrefix(url, "sqlite:")
+	if !ok {
+		return false
+	}
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// describeDatabase names a database for people: its engine, and the
+// absolute path of a SQLite file or a Postgres URL without its password.
+func describeDatabase(url string) string {
+	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
+		return "the SQLite database " + absPath(path)
+	}
+	return "the Postgres database " + maskURL(url)
+}
+
+// absPath is path made absolute, or path when the working directory is
+// unknown.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// defaultOf returns the default of the setting of the variable env.
+func defaultOf(env string) string {
+	for _, s := range settings {
+		if s.env == env {
+			return s.def
+		}
+	}
+	return ""
 }
 
 // migrate applies pending migrations ("up") or shows the version ("status").
-func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func migrate(ctx context.Context, inv *invocation) error {
 	action := "up"
-	d, _, err := command(ctx, "migrate", args, getenv, stderr, false, nil, func(rest []string) error {
-		if len(rest) > 0 {
-			action = rest[0]
-		}
-		if len(rest) > 1 || action != "up" && action != "status" {
-			return fmt.Errorf("migrate: unknown action %q; want up or status", strings.Join(rest, " "))
-		}
-		return nil
-	})
+	switch len(inv.args) {
+	case 0:
+	case 1:
+		action = inv.args[0]
+	default:
+		return misusef("unexpected argument %q", inv.args[1])
+	}
+	c := mustExist
+	switch action {
+	case "up":
+		c = mayCreate
+	case "status":
+	default:
+		return misusef("unknown action %q; want up or status", action)
+	}
+	d, err := inv.database(ctx, c, false)
 	if err != nil {
 		return err
 	}
@@ -69,39 +155,30 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s database at migration %d of %d\n", d.Engine(), current, latest)
+	fmt.Fprintf(inv.stdout, "%s database at migration %d of %d\n", d.Engine(), current, latest)
 	return nil
 }
 
-// importFile imports a YAML file, all or nothing.
-func importFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var (
-		kind, file string
-		dryRun     bool
-		data       []byte
-		k          limitfile.Kind
-	)
-	d, _, err := command(ctx, "import", args, getenv, stderr, true, func(fs *flag.FlagSet) {
-		fs.StringVar(&kind, "kind", "", "defaults, overrides or envoy; defaults or overrides told from the document when left out")
-		fs.BoolVar(&dryRun, "dry-run", false, "validate and count, write nothing")
-	}, func(rest []string) error {
-		if len(rest) != 1 {
-			return errors.New("import: give exactly one FILE, after the flags")
-		}
-		file = rest[0]
-		var err error
-		if data, err = os.ReadFile(file); err != nil {
-			return err
-		}
-		if kind == "" {
-			if k, err = limitfile.DetectKind(data); err != nil {
-				return fmt.Errorf("import: %s: %w", file, err)
-			}
-			return nil
-		}
-		k, err = limitfile.ParseKind(kind)
+// importFile imports a YAML file, all or nothing. A mistyped command (a
+// bad -kind, a missing file) is refused before any database is opened.
+func importFile(ctx context.Context, inv *invocation, kind string, dryRun, create bool) error {
+	if len(inv.args) != 1 {
+		return misusef("give exactly one FILE, got %d arguments", len(inv.args))
+	}
+	file := inv.args[0]
+	data, err := os.ReadFile(file)
+	if err != nil {
 		return err
-	})
+	}
+	var k limitfile.Kind
+	if kind == "" {
+		if k, err = limitfile.DetectKind(data); err != nil {
+			return fmt.Errorf("import: %s: %w", file, err)
+		}
+	} else if k, err = limitfile.ParseKind(kind); err != nil {
+		return misuse{err}
+	}
+	d, err := inv.database(ctx, creationOf(create), true)
 	if err != nil {
 		return err
 	}
@@ -111,7 +188,7 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	for _, e := range entryErrs {
-		fmt.Fprintf(stderr, "%s: %s\n", file, e)
+		fmt.Fprintf(inv.stderr, "%s: %s\n", file, e)
 	}
 	if len(entryErrs) > 0 {
 		return fmt.Errorf("import: %d bad entries; nothing was written", len(entryErrs))
@@ -120,16 +197,16 @@ func importFile(ctx context.Context, args []string, getenv func(string) string, 
 	if dryRun {
 		verb = "would import (dry run)"
 	}
-	fmt.Fprintf(stdout, "%s: %d created, %d updated, %d unchanged", verb, counts.Created, counts.Updated, counts.Unchanged)
+	fmt.Fprintf(inv.stdout, "%s: %d created, %d updated, %d unchanged", verb, counts.Created, counts.Updated, counts.Unchanged)
 	if len(counts.Removed) > 0 {
-		fmt.Fprintf(stdout, ", %d removed", len(counts.Removed))
+		fmt.Fprintf(inv.stdout, ", %d removed", len(counts.Removed))
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintln(inv.stdout)
 	for _, r := range counts.Removed {
-		fmt.Fprintf(stdout, "removed rule %s: domain %s, %s -> limit %s\n", r.ID, r.Domain, describeEntries(r.Descriptor), r.Limit)
+		fmt.Fprintf(inv.stdout, "removed rule %s: domain %s, %s -> limit %s\n", r.ID, r.Domain, describeEntries(r.Descriptor), r.Limit)
 	}
 	for _, n := range counts.Notes {
-		fmt.Fprintf(stdout, "note: %s\n", n)
+		fmt.Fprintf(inv.stdout, "note: %s\n", n)
 	}
 	return nil
 }
@@ -148,26 +225,18 @@ func describeEntries(entries []limiter.DescriptorEntry) string {
 }
 
 // exportFile writes limits or overrides in the format import reads.
-func exportFile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var kind, out, domain string
-	var k limitfile.Kind
-	d, _, err := command(ctx, "export", args, getenv, stderr, false, func(fs *flag.FlagSet) {
-		fs.StringVar(&kind, "kind", "", "defaults, overrides or envoy")
-		fs.StringVar(&domain, "domain", "", "the domain whose rules kind envoy writes")
-		fs.StringVar(&out, "o", "", "write to this file instead of standard output")
-	}, func(rest []string) error {
-		if len(rest) > 0 {
-			return fmt.Errorf("export: unexpected arguments %q", strings.Join(rest, " "))
-		}
-		var err error
-		if k, err = limitfile.ParseKind(kind); err != nil {
-			return err
-		}
-		if (k == limitfile.Envoy) != (domain != "") {
-			return errors.New("export: -domain goes with -kind envoy, and only with it")
-		}
-		return nil
-	})
+func exportFile(ctx context.Context, inv *invocation, kind, domain, out string) error {
+	if len(inv.args) > 0 {
+		return misusef("unexpected argument %q", inv.args[0])
+	}
+	k, err := limitfile.ParseKind(kind)
+	if err != nil {
+		return misuse{err}
+	}
+	if (k == limitfile.Envoy) != (domain != "") {
+		return misusef("-domain goes with -kind envoy, and only with it")
+	}
+	d, err := inv.database(ctx, mustExist, false)
 	if err != nil {
 		return err
 	}
@@ -182,81 +251,76 @@ func exportFile(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	if out == "" {
-		_, err = stdout.Write(data)
+		_, err = inv.stdout.Write(data)
 		return err
 	}
 	return os.WriteFile(out, data, 0o644)
 }
 
-// token manages API tokens: create prints the secret once.
-func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("token: want create, list or revoke")
+// tokenCreate creates a token and prints its secret, once.
+func tokenCreate(ctx context.Context, inv *invocation, name, scope string, create bool) error {
+	if len(inv.args) > 0 {
+		return misusef("unexpected argument %q", inv.args[0])
 	}
-	action, args := args[0], args[1:]
-	var name, scope string
-	var extra func(*flag.FlagSet)
-	if action == "create" {
-		extra = func(fs *flag.FlagSet) {
-			fs.StringVar(&name, "name", "", "the token's name, recorded as the actor of its changes")
-			fs.StringVar(&scope, "scope", "", "admin, support or decide")
-		}
+	if msg := auth.NameProblem(name); msg != "" {
+		return misusef("-name %s", msg)
 	}
-	d, rest, err := command(ctx, "token "+action, args, getenv, stderr, true, extra, func(rest []string) error {
-		if action != "revoke" && len(rest) > 0 {
-			return fmt.Errorf("token %s: unexpected arguments %q", action, strings.Join(rest, " "))
-		}
-		switch action {
-		case "create":
-			if msg := auth.NameProblem(name); msg != "" {
-				return fmt.Errorf("token create: -name %s", msg)
-			}
-			if !auth.Scope(scope).Valid() {
-				return fmt.Errorf("token create: -scope must be admin, support or decide, got %q", scope)
-			}
-		case "list":
-		case "revoke":
-			if len(rest) != 1 {
-				return errors.New("token revoke: give exactly one ID")
-			}
-		default:
-			return fmt.Errorf("token: unknown action %q; want create, list or revoke", action)
-		}
-		return nil
-	})
+	if !auth.Scope(scope).Valid() {
+		return misusef("-scope must be admin, support or decide, got %q", scope)
+	}
+	d, err := inv.database(ctx, creationOf(create), true)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	switch action {
-	case "create":
-		secret, hash := auth.NewSecret()
-		t, err := d.CreateToken(ctx, cliActor, auth.Token{Name: name, Scope: auth.Scope(scope), Hash: hash})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "created token %s (%s, %s); its secret, shown only now:\n%s\n", t.ID, t.Name, t.Scope, secret)
-		return nil
-	case "list":
-		tokens, err := d.ListTokens(ctx)
-		if err != nil {
-			return err
-		}
-		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tNAME\tSCOPE\tCREATED\tREVOKED")
-		for _, t := range tokens {
-			revoked := "-"
-			if !t.RevokedAt.IsZero() {
-				revoked = t.RevokedAt.Format(time.RFC3339)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, t.CreatedAt.Format(time.RFC3339), revoked)
-		}
-		return w.Flush()
-	}
-	// revoke, the one action left after the check.
-	if err := d.RevokeToken(ctx, cliActor, rest[0]); err != nil {
+	secret, hash := auth.NewSecret()
+	t, err := d.CreateToken(ctx, cliActor, auth.Token{Name: name, Scope: auth.Scope(scope), Hash: hash})
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "revoked token %s\n", rest[0])
+	fmt.Fprintf(inv.stdout, "created token %s (%s, %s); its secret, shown only now:\n%s\n", t.ID, t.Name, t.Scope, secret)
+	return nil
+}
+
+// tokenList lists the tokens, never a secret.
+func tokenList(ctx context.Context, inv *invocation) error {
+	if len(inv.args) > 0 {
+		return misusef("unexpected argument %q", inv.args[0])
+	}
+	d, err := inv.database(ctx, mustExist, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	tokens, err := d.ListTokens(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(inv.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tSCOPE\tCREATED\tREVOKED")
+	for _, t := range tokens {
+		revoked := "-"
+		if !t.RevokedAt.IsZero() {
+			revoked = t.RevokedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, t.CreatedAt.Format(time.RFC3339), revoked)
+	}
+	return w.Flush()
+}
+
+// tokenRevoke revokes the token of the one ID given.
+func tokenRevoke(ctx context.Context, inv *invocation) error {
+	if len(inv.args) != 1 {
+		return misusef("give exactly one ID, got %d arguments", len(inv.args))
+	}
+	d, err := inv.database(ctx, mustExist, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.RevokeToken(ctx, cliActor, inv.args[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stdout, "revoked token %s\n", inv.args[0])
 	return nil
 }

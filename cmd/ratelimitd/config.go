@@ -99,15 +99,16 @@ type config struct {
 }
 
 // loadConfig reads the settings from flags (registered on fs and parsed
-// from args), then the environment, then the defaults, and validates all
-// of them, reporting every bad one at once. It returns the arguments left
-// after the flags.
+// from args, before or after the positional arguments), then the
+// environment, then the defaults, and validates all of them, reporting
+// every bad one at once. It returns the positional arguments.
 func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*config, []string, error) {
 	flags := make(map[string]*string, len(settings))
 	for _, s := range settings {
-		flags[s.flag] = fs.String(s.flag, "", s.usage+" ($"+s.env+", default "+strconv.Quote(s.def)+")")
+		flags[s.flag] = fs.String(s.flag, "", s.help())
 	}
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseArgs(fs, args)
+	if err != nil {
 		return nil, nil, err
 	}
 	set := map[string]bool{}
@@ -194,7 +195,12 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	if len(errs) > 0 {
 		return nil, nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
-	return c, fs.Args(), nil
+	return c, rest, nil
+}
+
+// help is the setting's line in -h: what it is, its variable, its default.
+func (s setting) help() string {
+	return s.usage + " ($" + s.env + ", default " + strconv.Quote(s.def) + ")"
 }
 
 // value picks a setting's value: the flag, the variable, the file named by

@@ -238,7 +238,7 @@ func TestImportEnvoyCommand(t *testing.T) {
 		return out.String(), errOut.String(), err
 	}
 	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 60\n")
-	if out, log, err := runCmd("import", "-kind", "envoy", file); err != nil || !strings.Contains(out, "imported: 2 created") {
+	if out, log, err := runCmd("import", "-kind", "envoy", "-create", file); err != nil || !strings.Contains(out, "imported: 2 created") {
 		t.Fatalf("import: %q, %v\n%s", out, err, log)
 	}
 	write("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 60\n")

@@ -3,23 +3,25 @@
 //
 //	ratelimitd serve                      run the service
 //	ratelimitd migrate [up|status]        apply or show database migrations
-//	ratelimitd import [-kind K] [-dry-run] FILE
-//	ratelimitd export -kind K [-o FILE]
-//	ratelimitd token create -name N -scope S | list | revoke ID
+//	ratelimitd import [-kind K] [-dry-run] [-create] FILE
+//	ratelimitd export -kind K [-domain D] [-o FILE]
+//	ratelimitd token create -name N -scope S [-create] | list | revoke ID
 //	ratelimitd version
+//	ratelimitd help [COMMAND]
 //
 // Every command reads the RATELIMIT_* variables; flags override them.
+// cli.go holds the table of commands that run dispatches on and help
+// prints.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,9 +48,7 @@ func main() {
 	err := run(ctx, os.Args[1:], environ, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "ratelimitd:", err)
-		}
+		fmt.Fprintln(os.Stderr, "ratelimitd:", err)
 		os.Exit(2)
 	}
 }
@@ -72,48 +72,5 @@ func (quiet) Printf(context.Context, string, ...any) {}
 // without the program name, the environment through getenv, what the user
 // should read on stdout and the JSON log on stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
-	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return serve(ctx, args, getenv, stdout, stderr)
-	case "migrate":
-		return migrate(ctx, args, getenv, stdout, stderr)
-	case "import":
-		return importFile(ctx, args, getenv, stdout, stderr)
-	case "export":
-		return exportFile(ctx, args, getenv, stdout, stderr)
-	case "token":
-		return token(ctx, args, getenv, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "ratelimitd", version)
-		return nil
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
+	return dispatch(ctx, invocation{now: time.Now, getenv: getenv, stdout: stdout, stderr: stderr}, args)
 }
-
-const usage = `usage: ratelimitd <command> [flags]
-
-commands:
-  serve                                  run the service
-  migrate [up|status]                    apply pending migrations (up, the default) or show the version
-  import [-kind defaults|overrides] [-dry-run] FILE
-                                         import Boulder's YAML formats, all or nothing; the kind
-                                         is told from the document when left out
-  export -kind defaults|overrides [-o FILE]
-                                         export in the formats import reads
-  token create -name NAME -scope admin|support|decide
-  token list
-  token revoke ID
-  version
-
-Every command reads the RATELIMIT_* variables; "ratelimitd serve -h" lists
-them with their flags and defaults.
-`

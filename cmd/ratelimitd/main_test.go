@@ -437,9 +437,9 @@ func TestCommandLine(t *testing.T) {
 	fresh := filepath.Join(t.TempDir(), "untouched.db")
 	env["RATELIMIT_DATABASE_URL"] = "sqlite:" + fresh
 	for _, args := range [][]string{
-		{"token", "--help"}, {"token", "frobnicate"}, {"token", "create", "-name", "x", "-scope", "root"}, {"token", "revoke"},
+		{"token", "frobnicate"}, {"token", "create", "-name", "x", "-scope", "root"}, {"token", "revoke"},
 		{"token", "create", "-name", "x", "-scope", "admin", "extra"}, {"token", "list", "extra"},
-		{"import"}, {"import", defaults, "-kind", "defaults"}, {"import", "-kind", "nope", defaults}, {"import", filepath.Join(dir, "missing.yaml")},
+		{"import"}, {"import", defaults, "-create", "-kind"}, {"import", "-create", "-kind", "nope", defaults}, {"import", filepath.Join(dir, "missing.yaml")},
 		{"export", "-kind", "nope"}, {"export", "-kind", "defaults", "extra"}, {"migrate", "sideways"}, {"serve", "extra"},
 	} {
 		if out, err := cli(args...); err == nil {

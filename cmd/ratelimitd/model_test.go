@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // TestModel runs seeded random sequences of operations against the whole
@@ -198,6 +201,10 @@ type op struct {
 	// their ttl_ms, -1 to leave it out.
 	lease string
 	ttlMS int64
+	// cli makes a token create or revoke a run of the command line on the
+	// service's database, with the flags after the arguments when
+	// flagsLast; the service must then honour it within a second.
+	cli, flagsLast bool
 }
 
 func (o *op) String() string {
@@ -250,10 +257,12 @@ func (o *op) String() string {
 	case opImportDefaults, opImportOverrides:
 		kind, doc := importDoc(o)
 		return fmt.Sprintf("import %s dry_run=%v:\n\t%s", kind, o.dryRun, strings.ReplaceAll(strings.TrimSpace(doc), "\n", "\n\t"))
-	case opCreateToken:
-		return "create token " + o.token
-	case opRevokeToken:
-		return "revoke token " + o.token
+	case opCreateToken, opRevokeToken:
+		s := map[opKind]string{opCreateToken: "create token ", opRevokeToken: "revoke token "}[o.kind] + o.token
+		if o.cli {
+			s += fmt.Sprintf(" (command line, flags last %v)", o.flagsLast)
+		}
+		return s
 	case opCheck, opSpend, opRefund:
 		s := map[opKind]string{opCheck: "check", opSpend: "spend", opRefund: "refund"}[o.kind]
 		for _, b := range o.buckets {
@@ -490,9 +499,9 @@ func (g *generator) next() op {
 	case n < 89:
 		return op{kind: opReset, buckets: []bucketOp{g.bucket(g.slot())}}
 	case n < 91:
-		return op{kind: opCreateToken, token: "t" + strconv.Itoa(len(g.m.tokens))}
+		return op{kind: opCreateToken, token: "t" + strconv.Itoa(len(g.m.tokens)), cli: r.IntN(3) == 0, flagsLast: r.IntN(2) == 0}
 	case n < 93:
-		return op{kind: opRevokeToken, token: "t" + strconv.Itoa(r.IntN(len(g.m.tokens)+1))}
+		return op{kind: opRevokeToken, token: "t" + strconv.Itoa(r.IntN(len(g.m.tokens)+1)), cli: r.IntN(3) == 0, flagsLast: r.IntN(2) == 0}
 	case n < 96:
 		o := g.decision(pick(r, []opKind{opCheck, opSpend}))
 		o.token = "t" + strconv.Itoa(r.IntN(len(g.m.tokens)+1))
@@ -653,7 +662,7 @@ func execute(t *testing.T, env func(*testing.T) map[string]string, n int, next f
 	})
 	defer func() { _ = svc.stop() }()
 	svc.waitReady(t)
-	d := &driver{t: t, url: svc.url, clock: clock, tokens: map[string]heldToken{}, leases: map[string]string{}, tally: map[int]int{}}
+	d := &driver{t: t, url: svc.url, dbURL: e["RATELIMIT_DATABASE_URL"], clock: clock, tokens: map[string]heldToken{}, leases: map[string]string{}, tally: map[int]int{}}
 	m := newModel(clock.Now())
 	ops := make([]op, 0, n)
 	for i := range n {
@@ -709,10 +718,80 @@ func shrink(t *testing.T, env func(*testing.T) map[string]string, ops []op, msg 
 // heldToken is a token the driver created.
 type heldToken struct{ id, secret string }
 
+var createdToken = regexp.MustCompile(`created token (\S+) .*\n(rlt_\S+)`)
+
+// tokenCommand creates or revokes a token with the command line, as an
+// operator does beside the running service, and answers as the API would
+// (201, 204, 404, 409), once the service honours the change: the secret
+// works, or no longer does.
+func (d *driver) tokenCommand(o *op) answer {
+	var args []string
+	switch o.kind {
+	case opCreateToken:
+		args = []string{"token", "create", "-name", "model-" + o.token, "-scope", "decide"}
+	default:
+		id := "no-such-token"
+		if h, ok := d.tokens[o.token]; ok {
+			id = h.id
+		}
+		args = []string{"token", "revoke", id}
+	}
+	db := []string{"-database-url", d.dbURL}
+	if o.flagsLast {
+		args = append(args, db...)
+	} else {
+		args = slices.Insert(args, 2, db...)
+	}
+	var out, log bytes.Buffer
+	err := run(context.Background(), args, getenv(map[string]string{"RATELIMIT_LOG_LEVEL": "warn"}), &out, &log)
+	switch {
+	case errors.Is(err, limiter.ErrTokenExists):
+		return answer{status: http.StatusConflict}
+	case errors.Is(err, limiter.ErrTokenNotFound):
+		return answer{status: http.StatusNotFound}
+	case err != nil:
+		return answer{status: -1, body: []byte(fmt.Sprintf("%q: %v\n%s", args, err, log.Bytes()))}
+	}
+	if o.kind == opCreateToken {
+		m := createdToken.FindStringSubmatch(out.String())
+		if m == nil {
+			return answer{status: -1, body: out.Bytes()}
+		}
+		d.tokens[o.token] = heldToken{m[1], m[2]}
+		return d.honoured(answer{status: http.StatusCreated}, m[2], http.StatusOK)
+	}
+	return d.honoured(answer{status: http.StatusNoContent}, d.tokens[o.token].secret, http.StatusUnauthorized)
+}
+
+// honoured returns a once the service answers whoami with the secret as
+// want, within the few seconds the contract gives a change made beside
+// it, and an error answer if it never does.
+func (d *driver) honoured(a answer, secret string, want int) answer {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		req, err := http.NewRequest(http.MethodGet, d.url+"/v1/whoami", nil)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+secret)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == want {
+				return a
+			}
+		}
+		if time.Now().After(deadline) {
+			return answer{status: -1, body: []byte(fmt.Sprintf("the change of the command line was not honoured within 5 s: whoami %v, %v", res.StatusCode, err))}
+		}
+	}
+}
+
 // driver sends operations to the service over HTTP.
 type driver struct {
-	t      *testing.T
-	url    string
+	t   *testing.T
+	url string
+	// dbURL is the service's database, which the command line writes to.
+	dbURL  string
 	clock  *testenv.Clock
 	tokens map[string]heldToken
 	// leases are the ids of the leases acquired, by label.
@@ -859,6 +938,9 @@ func (d *driver) overrideID(limit, id string) string {
 }
 
 func (d *driver) do(o *op) answer {
+	if o.cli {
+		return d.tokenCommand(o)
+	}
 	switch o.kind {
 	case opPutLimit:
 		if o.ifExists && d.call(http.MethodGet, "/v1/limits/"+o.limit, "", "", nil).status == http.StatusNotFound {

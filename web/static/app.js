@@ -9,7 +9,9 @@ import {
   $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, leftOutKey, notInForce,
   reportProblem, showFieldErrors, showProblem, showSort,
 } from './dom.js';
-import { allowance, duration, localTime, sortNames, sortOf, utcTime } from './format.js';
+import {
+  allowance, counted, duration, kindName, localTime, sortOf, unitFor, utcTime,
+} from './format.js';
 import * as limits from './limits.js';
 import * as overrides from './overrides.js';
 
@@ -170,7 +172,7 @@ function renderLimits() {
     row.dataset.limit = l.name;
     fill(row, 'name', ...breakable(l.name));
     fill(row, 'description', l.description);
-    fill(row, 'kind', sortNames[sortOf(l)]);
+    fill(row, 'kind', kindName(l));
     fill(row, 'id-format', l.id_format);
     fill(row, 'defaults', allowance(l, l));
     fill(row, 'shadow', l.shadow ? 'Yes: never denies' : 'No');
@@ -301,12 +303,12 @@ function showDecision(result, limit, rule = null) {
   $('#lk-used').textContent = exempt ? notCounted
     : `Used ${used} of ${d.count} ${thisWindow}, resets in ${duration(d.reset_after_ms)}`;
   $('#lk-remaining').textContent = String(d.remaining);
-  $('#lk-unit').textContent = d.unit;
+  $('#lk-unit').textContent = unitFor(d.remaining, d.unit);
   // A settle that charged more than was left puts a bucket into debt;
   // spends are denied until the refill, or a quota's next window, has
   // paid it off.
   $('#lk-debt').textContent = d.debt > 0
-    ? `${d.debt} ${d.unit} owed: spends are denied until ${sort === 'quota' ? 'the window ends' : 'it is paid off'}`
+    ? `${counted(d.debt, d.unit)} owed: spends are denied until ${sort === 'quota' ? 'the window ends' : 'it is paid off'}`
     : 'None';
   $('#lk-burst').textContent = capacity[sort](d);
   const full = $('#lk-reset-at');
@@ -327,9 +329,9 @@ function showDecision(result, limit, rule = null) {
   $('#lk-reset').hidden = !mayManage(scope);
   $('#lk-grant').hidden = !mayManage(scope) || d.source !== 'default';
   $('#lookup-result').hidden = false;
-  let state = `${d.remaining} ${d.unit} of ${d.burst} remaining`;
-  if (!exempt && sort === 'concurrency') state = `${d.held} of ${d.burst} held, ${d.remaining} ${d.unit} remaining`;
-  if (!exempt && sort === 'quota') state = `used ${used} of ${d.count} ${thisWindow}, ${d.remaining} ${d.unit} remaining`;
+  let state = `${counted(d.remaining, d.unit)} of ${d.burst} remaining`;
+  if (!exempt && sort === 'concurrency') state = `${d.held} of ${d.burst} held, ${counted(d.remaining, d.unit)} remaining`;
+  if (!exempt && sort === 'quota') state = `used ${used} of ${d.count} ${thisWindow}, ${counted(d.remaining, d.unit)} remaining`;
   $('#lookup-notice').textContent = `${d.limit} ${d.bucket_id}: ${state}` + (d.debt > 0 ? `, ${d.debt} owed.` : '.');
 }
 

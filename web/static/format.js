@@ -2,6 +2,8 @@
 // shown in the user's local time with the UTC value beside them, since the
 // API, the logs and the customer may each think in another zone.
 
+import { goToWords } from './input.js';
+
 const localFormat = new Intl.DateTimeFormat(undefined, {
   year: 'numeric', month: 'short', day: 'numeric',
   hour: '2-digit', minute: '2-digit', timeZoneName: 'short',
@@ -61,11 +63,17 @@ export function duration(ms) {
   return parts.slice(first, first + 2).filter(([n]) => n > 0).map(([n, u]) => `${n} ${u}`).join(' ');
 }
 
-// period shortens a canonical Go duration: "3h0m0s" becomes "3h", which
-// still parses as the same duration. A calendar quota has none.
+// period writes a limit's period, a Go duration such as "3h0m0s", in
+// words: "3 hours". A calendar quota has none.
 export function period(p) {
   if (p == null) return '—';
-  return p.replace(/([hm])0s$/, '$1').replace(/h0m/, 'h');
+  return goToWords(p);
+}
+
+// per is "per" a period: "per minute" for one of a unit, "per 3 hours".
+function per(p) {
+  const words = period(p);
+  return /^1 [a-z]+$/.test(words) ? `per ${words.slice(2)}` : `per ${words}`;
 }
 
 // sortOf is what a limit counts, in the page's words: a GCRA rate, a
@@ -77,8 +85,30 @@ export function sortOf(limit) {
   return limit?.calendar ? 'quota' : 'rate';
 }
 
-// sortNames are the sorts as the limits table names them.
-export const sortNames = { rate: 'Rate', quota: 'Calendar quota', concurrency: 'Concurrency' };
+// kindName names a limit's kind as the API does (rate, concurrency), and
+// says when a rate limit is a calendar quota: "rate · calendar quota
+// (day, Europe/Paris)".
+export function kindName(limit) {
+  switch (sortOf(limit)) {
+    case 'quota': return `rate · calendar quota (${limit.calendar}, ${limit.time_zone})`;
+    case 'concurrency': return 'concurrency';
+    default: return 'rate';
+  }
+}
+
+// unitFor is a limit's unit for n of it, in the singular for one:
+// "request", "query". The unit is the limit's own word, plural as the API
+// has it.
+export function unitFor(n, unit) {
+  if (n !== 1) return unit;
+  if (unit.endsWith('ies')) return `${unit.slice(0, -3)}y`;
+  return unit.endsWith('s') && !unit.endsWith('ss') ? unit.slice(0, -1) : unit;
+}
+
+// counted writes n of a unit: "1 request", "2 requests".
+export function counted(n, unit) {
+  return `${n} ${unitFor(n, unit)}`;
+}
 
 // paramsOf lists the parameters that a limit of each sort, and an override
 // of it, is given: a quota's burst is its count and its window the
@@ -99,7 +129,7 @@ export function allowance(p, limit) {
       return `At most ${p.burst} at once, leases up to ${period(p.period)}`;
     default:
       if (p.burst === 0) return 'Blocked: burst 0 denies every request';
-      return `${p.count} per ${period(p.period)}, burst ${p.burst}`;
+      return `${p.count} ${per(p.period)}, burst ${p.burst}`;
   }
 }
 

@@ -8,6 +8,7 @@ import {
   $, busy, clearErrors, clearProblem, focusProblem, h, openDialog, reportProblem, showFieldErrors, showProblem, showSort,
 } from './dom.js';
 import { allowance, paramsOf, period, sortOf } from './format.js';
+import { readParams, sayDuration, watchDuration } from './input.js';
 
 const dialog = $('#limit-dialog');
 const form = $('#limit-form');
@@ -35,6 +36,7 @@ export function init(context) {
   $('#lf-zones').replaceChildren(...zones.map((z) => h('option', { value: z })));
   form.addEventListener('submit', onSave);
   form.elements.kind.addEventListener('change', syncSort);
+  watchDuration(form.elements.period);
   for (const type of ['input', 'change']) form.addEventListener(type, showRestart);
 }
 
@@ -72,7 +74,7 @@ function editButton(name) {
 
 const fixedKind = {
   rate: 'a rate limit',
-  quota: 'a calendar quota',
+  quota: 'a calendar quota (kind rate, with a calendar)',
   concurrency: 'a concurrency limit',
 };
 
@@ -94,6 +96,7 @@ function fillForm(l) {
   f.burst.value = l?.burst ?? '';
   f.count.value = l?.count ?? '';
   f.period.value = l?.period ? period(l.period) : '';
+  sayDuration(f.period);
   f.unit.value = l?.unit ?? 'requests';
   f.description.value = l?.description ?? '';
   f.shadow.checked = l?.shadow ?? false;
@@ -128,10 +131,13 @@ function showRestart() {
 
 // bodyOf is the PUT body: the whole limit, since a PUT replaces it. Only
 // the fields of the chosen sort are sent; empty fields are left out, and
-// the API says which are required.
+// the API says which are required. It returns the errors of what the page
+// could not read instead, so that nothing half-read is sent.
 function bodyOf() {
   const f = form.elements;
   const sort = f.kind.value;
+  const { values, errors } = readParams(form, paramsOf[sort]);
+  if (errors.length > 0) return { errors };
   const body = {
     kind: sort === 'concurrency' ? 'concurrency' : 'rate',
     description: f.description.value,
@@ -143,13 +149,10 @@ function bodyOf() {
     const zone = f.time_zone.value.trim();
     if (zone !== '') body.time_zone = zone;
   }
-  for (const key of paramsOf[sort]) {
-    const value = f[key].value.trim();
-    if (value !== '') body[key] = key === 'period' ? value : Number(value);
-  }
+  Object.assign(body, values);
   const unit = f.unit.value.trim();
   if (unit !== '') body.unit = unit;
-  return body;
+  return { body };
 }
 
 async function onSave(ev) {
@@ -177,10 +180,15 @@ async function save() {
       return;
     }
   }
+  const { body, errors } = bodyOf();
+  if (errors) {
+    showFieldErrors(form, errors);
+    return;
+  }
   const restart = restarts();
   let data;
   try {
-    ({ data } = await busy(dialog, () => app.session.client.call('PUT', limitPath(name), { body: bodyOf() })));
+    ({ data } = await busy(dialog, () => app.session.client.call('PUT', limitPath(name), { body })));
   } catch (err) {
     reportProblem(form, formProblem, err);
     return;

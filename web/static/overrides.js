@@ -11,6 +11,7 @@ import {
 import {
   allowance, changes, fromLocalInput, localTime, paramsOf, period, relative, sortOf, toLocalInput, utcTime, when,
 } from './format.js';
+import { parseDuration, readParams, sayDuration, watchDuration } from './input.js';
 
 const PAGE_SIZE = 25;
 const MERGE_PATCH = 'application/merge-patch+json';
@@ -71,6 +72,7 @@ export function init(context) {
     showDefaults();
   });
   form.elements.unlimited.addEventListener('change', syncParams);
+  watchDuration(form.elements.period);
   for (const type of ['input', 'change']) form.elements.expires_at.addEventListener(type, showExpiry);
   for (const button of form.querySelectorAll('[data-expire-days]')) {
     button.addEventListener('click', () => setExpiry(Number(button.dataset.expireDays)));
@@ -313,6 +315,7 @@ function fillForm(o, prefill = {}) {
   f.count.value = o?.count ?? '';
   f.period.value = o?.period ? period(o.period) : '';
   for (const input of [f.burst, f.count, f.period]) delete input.dataset.prefilled;
+  sayDuration(f.period);
   f.comment.value = o?.comment ?? '';
   f.enabled.checked = o?.enabled ?? true;
   f.expires_at.value = toLocalInput(o?.expires_at);
@@ -336,6 +339,7 @@ function prefillDefaults() {
     input.value = value;
     input.dataset.prefilled = value;
   }
+  sayDuration(form.elements.period);
 }
 
 function showDefaults() {
@@ -401,10 +405,12 @@ async function saveCreate() {
     body.unlimited = true;
   } else {
     // Empty fields are left out, and the API says which are required.
-    for (const key of paramsOf[chosenSort()]) {
-      const value = f[key].value.trim();
-      if (value !== '') body[key] = key === 'period' ? value : Number(value);
+    const { values, errors } = readParams(form, paramsOf[chosenSort()]);
+    if (errors.length > 0) {
+      showFieldErrors(form, errors);
+      return;
     }
+    Object.assign(body, values);
   }
   const expires = expiresValue();
   if (expires) body.expires_at = expires;
@@ -431,7 +437,8 @@ async function saveCreate() {
 }
 
 // patchOf is what the user changed in the form, and only that: a PATCH
-// that names a field sets it, and the history shows what changed.
+// that names a field sets it, and the history shows what changed. It
+// returns the errors of what the page could not read instead.
 function patchOf(o) {
   const f = form.elements;
   const patch = {};
@@ -441,21 +448,26 @@ function patchOf(o) {
     // Ending an unlimited override needs the parameters of its limit's
     // sort anew. An emptied field is left out, as in a create, and the
     // API says which are required.
-    for (const key of paramsOf[chosenSort()]) {
-      const value = f[key].value.trim();
-      const was = key === 'period' ? period(o.period) : String(o[key]);
-      if (value !== '' && (o.unlimited || value !== was)) patch[key] = key === 'period' ? value : Number(value);
+    const { values, errors } = readParams(form, paramsOf[chosenSort()]);
+    if (errors.length > 0) return { errors };
+    for (const [key, value] of Object.entries(values)) {
+      const same = key === 'period' ? parseDuration(value).ns === parseDuration(o.period ?? '').ns : value === o[key];
+      if (o.unlimited || !same) patch[key] = value;
     }
   }
   if (f.comment.value !== o.comment) patch.comment = f.comment.value;
   if (f.enabled.checked !== o.enabled) patch.enabled = f.enabled.checked;
   if (f.expires_at.value !== toLocalInput(o.expires_at)) patch.expires_at = expiresValue();
-  return patch;
+  return { patch };
 }
 
 async function saveEdit() {
   const o = editing.override;
-  const patch = patchOf(o);
+  const { patch, errors } = patchOf(o);
+  if (errors) {
+    showFieldErrors(form, errors);
+    return;
+  }
   if (Object.keys(patch).length === 0) {
     formProblem.replaceChildren(h('p', { class: 'problem-title' }, 'Nothing to save'), h('p', {}, 'No field was changed.'));
     formProblem.hidden = false;

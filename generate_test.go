@@ -1,4 +1,4 @@
-package client_test
+package ratelimitd
 
 import (
 	"bytes"
@@ -12,25 +12,27 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// TestGeneratedUpToDate regenerates the client into a temporary directory,
-// with the committed configuration and the pinned generator, and fails
-// when client.gen.go differs: openapi.yaml changed without `make
-// generate`, or the file was edited by hand.
+// TestGeneratedUpToDate regenerates the Go client into a temporary
+// directory, with the committed configuration and the generator this
+// module pins as a tool, and fails when client/client.gen.go differs:
+// openapi.yaml changed without `make generate`, or the file was edited by
+// hand. It lives in this module, not the client's, so that the client
+// module requires neither the generator nor its YAML reader.
 func TestGeneratedUpToDate(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to run the pinned oapi-codegen: %v", err)
 	}
-	raw, err := os.ReadFile("oapi-codegen.yaml")
+	raw, err := os.ReadFile(filepath.Join("client", "oapi-codegen.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The configuration names its output, which wins over -o, so a copy
-	// writes elsewhere; paths in it are relative to this directory, where
-	// the generator runs.
+	// writes elsewhere; paths in it are relative to the repository's root,
+	// where the generator runs.
 	var cfg map[string]any
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		t.Fatalf("oapi-codegen.yaml: %v", err)
+		t.Fatalf("client/oapi-codegen.yaml: %v", err)
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "client.gen.go")
@@ -44,7 +46,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(goBin, "tool", "oapi-codegen", "-config", cfgPath, "../openapi.yaml")
+	cmd := exec.Command(goBin, "tool", "oapi-codegen", "-config", cfgPath, "openapi.yaml")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go tool oapi-codegen: %v\n%s", err, msg)
 	}
@@ -52,12 +54,12 @@ func TestGeneratedUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("client.gen.go")
+	got, err := os.ReadFile(filepath.Join("client", "client.gen.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("client.gen.go is not what openapi.yaml generates; run make generate (go generate ./client).\n%s", firstDifference(got, want))
+		t.Fatalf("client/client.gen.go is not what openapi.yaml generates; run make generate.\n%s", firstDifference(got, want))
 	}
 }
 
