@@ -1192,6 +1192,9 @@ type ImportFileParams struct {
 
 	// DryRun Validate and count, write nothing.
 	DryRun *bool `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// Merge Only with `kind=envoy`. Without it the file replaces its domain's rules: those it does not name are deleted and listed in `removed`. With it the file's descriptors are added to the domain's rules and the others kept, as envoyproxy/ratelimit adds up the files of one domain under `MERGE_DOMAIN_CONFIG`: a top-level descriptor the domain has already (as a rule, or as an override of a rule's limit), or a `rate_limit.name` that is the limit of one of its rules, is a bad entry (422 with its line), and nothing is written. With another kind, 422 naming `merge`.
+	Merge *bool `form:"merge,omitempty" json:"merge,omitempty"`
 }
 
 // ImportFileParamsKind defines parameters for ImportFile.
@@ -1494,10 +1497,13 @@ type ClientInterface interface {
 	// becomes limits (id format `string`, burst and count `requests_per_unit`),
 	// rules and overrides: a descriptor with values that a less specific one
 	// also matches becomes an override of that one's limit for its bucket.
-	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-	// are bad entries, never silently dropped. All or nothing: with any bad
-	// entry nothing is written, and the answer is 422 listing every bad entry
-	// with its line. Imports add and update; they delete nothing.
+	// Unknown units, and a `replaces` entry without a name or naming its
+	// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+	// both), are bad entries, never silently dropped. All or nothing: with any
+	// bad entry nothing is written, and the answer is 422 listing every bad
+	// entry with its line. Boulder's imports add and update and delete
+	// nothing; an Envoy import makes its domain's rules the file's (listing
+	// those it deletes in `removed`), unless `merge` adds the file to them.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2226,10 +2232,13 @@ func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEd
 // becomes limits (id format `string`, burst and count `requests_per_unit`),
 // rules and overrides: a descriptor with values that a less specific one
 // also matches becomes an override of that one's limit for its bucket.
-// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-// are bad entries, never silently dropped. All or nothing: with any bad
-// entry nothing is written, and the answer is 422 listing every bad entry
-// with its line. Imports add and update; they delete nothing.
+// Unknown units, and a `replaces` entry without a name or naming its
+// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+// both), are bad entries, never silently dropped. All or nothing: with any
+// bad entry nothing is written, and the answer is 422 listing every bad
+// entry with its line. Boulder's imports add and update and delete
+// nothing; an Envoy import makes its domain's rules the file's (listing
+// those it deletes in `removed`), unless `merge` adds the file to them.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3497,6 +3506,18 @@ func NewImportFileRequestWithBody(server string, params *ImportFileParams, conte
 		if params.DryRun != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dry_run", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Merge != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "merge", *params.Merge, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4840,10 +4861,13 @@ type ClientWithResponsesInterface interface {
 	// becomes limits (id format `string`, burst and count `requests_per_unit`),
 	// rules and overrides: a descriptor with values that a less specific one
 	// also matches becomes an override of that one's limit for its bucket.
-	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-	// are bad entries, never silently dropped. All or nothing: with any bad
-	// entry nothing is written, and the answer is 422 listing every bad entry
-	// with its line. Imports add and update; they delete nothing.
+	// Unknown units, and a `replaces` entry without a name or naming its
+	// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+	// both), are bad entries, never silently dropped. All or nothing: with any
+	// bad entry nothing is written, and the answer is 422 listing every bad
+	// entry with its line. Boulder's imports add and update and delete
+	// nothing; an Envoy import makes its domain's rules the file's (listing
+	// those it deletes in `removed`), unless `merge` adds the file to them.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8904,10 +8928,13 @@ func (c *ClientWithResponses) ExportFileWithResponse(ctx context.Context, params
 // becomes limits (id format `string`, burst and count `requests_per_unit`),
 // rules and overrides: a descriptor with values that a less specific one
 // also matches becomes an override of that one's limit for its bucket.
-// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-// are bad entries, never silently dropped. All or nothing: with any bad
-// entry nothing is written, and the answer is 422 listing every bad entry
-// with its line. Imports add and update; they delete nothing.
+// Unknown units, and a `replaces` entry without a name or naming its
+// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+// both), are bad entries, never silently dropped. All or nothing: with any
+// bad entry nothing is written, and the answer is 422 listing every bad
+// entry with its line. Boulder's imports add and update and delete
+// nothing; an Envoy import makes its domain's rules the file's (listing
+// those it deletes in `removed`), unless `merge` adds the file to them.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -238,6 +239,9 @@ func (d *DB) SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter
 		r = old
 		if limit == old.Limit {
 			return nil
+		}
+		if slices.Contains(old.Replaces, limit) {
+			return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: "is a limit the rule replaces: " + rules.SelfReplaced}}}
 		}
 		r.Limit, r.UpdatedAt = limit, w.now
 		return w.setRuleLimit(ctx, old, limit)

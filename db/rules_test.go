@@ -112,7 +112,7 @@ func TestRuleModes(t *testing.T) {
 			t.Fatalf("Since = %+v, %v", c, err)
 		}
 		r.Replaces, r.QuotaMode = nil, false
-		counts, err := e.db.ImportRules(ctx, "alice", "edge", nil, []limiter.Rule{r}, nil, false)
+		counts, err := e.db.ImportRules(ctx, "alice", "edge", nil, []limiter.Rule{r}, nil, false, false)
 		if err != nil || counts.Updated != 1 {
 			t.Fatalf("ImportRules = %+v, %v", counts, err)
 		}
