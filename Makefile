@@ -66,7 +66,8 @@ soak:
 # to be committed with their fix; the model-based test prints its seed.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter/bucketid:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
-	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON
+	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON \
+	./api/forwardauth:FuzzCall
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \

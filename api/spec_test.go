@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api/decide"
+	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 )
 
 // echoParam matches the parameters of echo's route patterns: ":name" and
@@ -38,6 +39,11 @@ func TestRoutesMatchSpec(t *testing.T) {
 	routes := e.srv.Patterns()
 	for _, p := range decide.Paths() {
 		routes = append(routes, "POST "+p)
+	}
+	for path, methods := range forwardauth.Paths() {
+		for _, m := range methods {
+			registered = append(registered, m+" "+path)
+		}
 	}
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")

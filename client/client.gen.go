@@ -90,6 +90,27 @@ func (e DecisionSource) Valid() bool {
 	}
 }
 
+// Defines values for ForwardAuthMatchDescriptorsMatchSource.
+const (
+	ForwardAuthMatchDescriptorsMatchSourceDefault   ForwardAuthMatchDescriptorsMatchSource = "default"
+	ForwardAuthMatchDescriptorsMatchSourceOverride  ForwardAuthMatchDescriptorsMatchSource = "override"
+	ForwardAuthMatchDescriptorsMatchSourceUnlimited ForwardAuthMatchDescriptorsMatchSource = "unlimited"
+)
+
+// Valid indicates whether the value is a known member of the ForwardAuthMatchDescriptorsMatchSource enum.
+func (e ForwardAuthMatchDescriptorsMatchSource) Valid() bool {
+	switch e {
+	case ForwardAuthMatchDescriptorsMatchSourceDefault:
+		return true
+	case ForwardAuthMatchDescriptorsMatchSourceOverride:
+		return true
+	case ForwardAuthMatchDescriptorsMatchSourceUnlimited:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -276,6 +297,24 @@ func (e StatusStore) Valid() bool {
 	case StatusStoreMemory:
 		return true
 	case StatusStoreRedis:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ForwardAuthDenyStatus.
+const (
+	ForwardAuthDenyStatusN403 ForwardAuthDenyStatus = 403
+	ForwardAuthDenyStatusN429 ForwardAuthDenyStatus = 429
+)
+
+// Valid indicates whether the value is a known member of the ForwardAuthDenyStatus enum.
+func (e ForwardAuthDenyStatus) Valid() bool {
+	switch e {
+	case ForwardAuthDenyStatusN403:
+		return true
+	case ForwardAuthDenyStatusN429:
 		return true
 	default:
 		return false
@@ -471,6 +510,60 @@ type FieldError struct {
 	Field   string `json:"field"`
 	Message string `json:"message"`
 }
+
+// ForwardAuthCall defines model for ForwardAuthCall.
+type ForwardAuthCall struct {
+	// Headers The headers the gateway would send; none when left out.
+	Headers *[]struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"headers,omitempty"`
+
+	// Peer The address of the peer that would send the call, the gateway; 127.0.0.1 when left out.
+	Peer *string `json:"peer,omitempty"`
+
+	// Query The query string of the call, without `?`, e.g. `d=remote_address&d=path`; none when left out.
+	Query *string `json:"query,omitempty"`
+}
+
+// ForwardAuthMatch defines model for ForwardAuthMatch.
+type ForwardAuthMatch struct {
+	// ClientAddress The client address the call gives; null when no descriptor reads it.
+	ClientAddress *string `json:"client_address"`
+	Descriptors   []struct {
+		// D The parameter, e.g. `d[0]`.
+		D       string `json:"d"`
+		Entries []struct {
+			Key string `json:"key"`
+
+			// Source The entry as the `d` wrote it.
+			Source string `json:"source"`
+			Value  string `json:"value"`
+		} `json:"entries"`
+
+		// Made Whether the call makes this descriptor.
+		Made bool `json:"made"`
+
+		// Match The rule the descriptor matches; null when none does or none is made.
+		Match *struct {
+			// BucketID Canonical.
+			BucketID string `json:"bucket_id"`
+			Limit    string `json:"limit"`
+
+			// Replaced Another matched rule of the call replaces the limit: this descriptor would spend nothing.
+			Replaced bool                                   `json:"replaced"`
+			RuleID   string                                 `json:"rule_id"`
+			Source   ForwardAuthMatchDescriptorsMatchSource `json:"source"`
+		} `json:"match"`
+
+		// Skipped Why no descriptor is made (a header absent or empty); null when one is.
+		Skipped *string `json:"skipped"`
+	} `json:"descriptors"`
+	Domain string `json:"domain"`
+}
+
+// ForwardAuthMatchDescriptorsMatchSource defines model for ForwardAuthMatch.Descriptors.Match.Source.
+type ForwardAuthMatchDescriptorsMatchSource string
 
 // Health defines model for Health.
 type Health struct {
@@ -1130,8 +1223,41 @@ type TokenList struct {
 // Unit What a token of the limit counts (`requests`, `tokens`, `bytes`, ...), for people, the metrics and the RateLimit headers; the GCRA does not read it. A PUT without it counts requests; an import keeps a limit's unit, and a limit it creates counts requests.
 type Unit = string
 
+// ForwardAuthD defines model for ForwardAuthD.
+type ForwardAuthD = []string
+
+// ForwardAuthDenyStatus defines model for ForwardAuthDenyStatus.
+type ForwardAuthDenyStatus int
+
+// ForwardAuthDomain defines model for ForwardAuthDomain.
+type ForwardAuthDomain = string
+
+// ForwardAuthToken defines model for ForwardAuthToken.
+type ForwardAuthToken = string
+
+// ForwardedFor defines model for ForwardedFor.
+type ForwardedFor = string
+
+// ForwardedHost defines model for ForwardedHost.
+type ForwardedHost = string
+
+// ForwardedMethod defines model for ForwardedMethod.
+type ForwardedMethod = string
+
+// ForwardedURI defines model for ForwardedURI.
+type ForwardedURI = string
+
+// OriginalMethod defines model for OriginalMethod.
+type OriginalMethod = string
+
+// OriginalURI defines model for OriginalURI.
+type OriginalURI = string
+
 // OverrideID defines model for OverrideID.
 type OverrideID = string
+
+// RealIP defines model for RealIP.
+type RealIP = string
 
 // RuleID defines model for RuleID.
 type RuleID = string
@@ -1185,6 +1311,258 @@ type ExportFileParams struct {
 
 // ExportFileParamsKind defines parameters for ExportFile.
 type ExportFileParamsKind string
+
+// ForwardAuthDeleteParams defines parameters for ForwardAuthDelete.
+type ForwardAuthDeleteParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthParams defines parameters for ForwardAuth.
+type ForwardAuthParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthHeadParams defines parameters for ForwardAuthHead.
+type ForwardAuthHeadParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthOptionsParams defines parameters for ForwardAuthOptions.
+type ForwardAuthOptionsParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthPatchParams defines parameters for ForwardAuthPatch.
+type ForwardAuthPatchParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthPostParams defines parameters for ForwardAuthPost.
+type ForwardAuthPostParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
+
+// ForwardAuthPutParams defines parameters for ForwardAuthPut.
+type ForwardAuthPutParams struct {
+	// D One descriptor, 1 to 100 per call: 1 to 16 comma-separated entries,
+	// each `remote_address`, `method`, `host`, `path`,
+	// `header:<Header-Name>:<key>` or `<key>=<value>` (a key may repeat, as in Envoy's descriptors).
+	// Missing, empty, an unknown source, too many: 422 naming `d` or `d[i]`.
+	D ForwardAuthD `form:"d" json:"d"`
+
+	// DenyStatus The status of a denial, 429 when left out; 403 for nginx, which turns any other status than 2xx, 401 and 403 of an auth_request into a 500. Any other parameter is a 422 naming it.
+	DenyStatus *ForwardAuthDenyStatus `form:"deny_status,omitempty" json:"deny_status,omitempty"`
+
+	// XRatelimitAuthorization `Bearer <token>` of scope decide or admin, sent by the gateway; when it is sent, `Authorization` is the client's and is never read as a token. When it is absent, `Authorization` is read instead.
+	XRatelimitAuthorization *ForwardAuthToken `json:"X-Ratelimit-Authorization,omitempty"`
+
+	// XForwardedMethod The original request's method (Traefik, Caddy); read for the `method` source.
+	XForwardedMethod *ForwardedMethod `json:"X-Forwarded-Method,omitempty"`
+
+	// XOriginalMethod The original request's method (nginx), when `X-Forwarded-Method` is absent.
+	XOriginalMethod *OriginalMethod `json:"X-Original-Method,omitempty"`
+
+	// XForwardedURI The original request's URI (Traefik, Caddy); read for the `path` source.
+	XForwardedURI *ForwardedURI `json:"X-Forwarded-Uri,omitempty"`
+
+	// XOriginalURI The original request's URI (nginx), when `X-Forwarded-Uri` is absent.
+	XOriginalURI *OriginalURI `json:"X-Original-URI,omitempty"`
+
+	// XForwardedHost The original request's host, one host; else `Host` is read. Read for the `host` source.
+	XForwardedHost *ForwardedHost `json:"X-Forwarded-Host,omitempty"`
+
+	// XForwardedFor Believed only from a trusted peer; read for the `remote_address` source.
+	XForwardedFor *ForwardedFor `json:"X-Forwarded-For,omitempty"`
+
+	// XRealIP Believed only from a trusted peer, and only without `X-Forwarded-For`.
+	XRealIP *RealIP `json:"X-Real-IP,omitempty"`
+}
 
 // ImportFileParams defines parameters for ImportFile.
 type ImportFileParams struct {
@@ -1240,6 +1618,9 @@ type ResetBucketsJSONRequestBody = ResetRequest
 
 // CheckJSONRequestBody defines body for Check for application/json ContentType.
 type CheckJSONRequestBody = DecisionRequest
+
+// MatchForwardAuthJSONRequestBody defines body for MatchForwardAuth for application/json ContentType.
+type MatchForwardAuthJSONRequestBody = ForwardAuthCall
 
 // PutLimitJSONRequestBody defines body for PutLimit for application/json ContentType.
 type PutLimitJSONRequestBody = LimitPut
@@ -1482,6 +1863,114 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/export (the `ExportFile` operationId).
 	ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthDelete The same as GET.
+	//
+	// Corresponds with DELETE /v1/forward-auth/{domain} (the `ForwardAuthDelete` operationId).
+	ForwardAuthDelete(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthDeleteParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuth May the gateway's request pass? Spends as ShouldRateLimit does (decide, admin).
+	//
+	// A gateway's forward auth (nginx `auth_request`, Traefik `ForwardAuth`,
+	// Caddy `forward_auth`, HAProxy's Lua action) asks once per request. Every
+	// method is answered alike (this GET; HEAD, POST, PUT, PATCH, DELETE and
+	// OPTIONS below): the call's own method and body mean nothing, the body is
+	// never read (one declared longer than 64 KiB is a 413: a gateway's
+	// forward auth sends none). Each `d` makes one descriptor from the original request's
+	// attributes, which the gateway passes in headers, and the descriptors of
+	// the call are decided as one ShouldRateLimit request of the domain:
+	// the same rules, precedence, overrides, shadow limits, `replaces` and
+	// `quota_mode`, as one all-or-nothing spend of cost 1 per descriptor.
+	//
+	// - A header source (`header:<Name>:<key>`) whose header is absent or
+	//   empty makes no descriptor, as Envoy skips it; a call that makes none
+	//   is allowed, as is one whose descriptors match no rule (an unknown
+	//   domain included).
+	// - An attribute is read only when a `d` asks for it. Method:
+	//   `X-Forwarded-Method`, else `X-Original-Method`; URI:
+	//   `X-Forwarded-Uri`, else `X-Original-URI`; host: `X-Forwarded-Host`,
+	//   else `Host`, in lower case. Missing, repeated or invalid, each is a
+	//   422 naming the header.
+	// - `path` is the URI's path without its query, percent-decoded, with `.`
+	//   and `..` resolved and repeated slashes merged (a trailing slash kept);
+	//   control characters (NUL included, encoded or not), invalid UTF-8 once
+	//   decoded, a bad `%` escape, or over 256 bytes is a 422 naming the header.
+	// - `remote_address` is the client address: the rightmost
+	//   `X-Forwarded-For` entry that is not a trusted proxy
+	//   (`RATELIMIT_TRUSTED_PROXIES`), read only when the connecting peer is
+	//   one; else `X-Real-IP` from a trusted peer; else the peer. An entry the
+	//   rule reaches that is no address is a 422 naming the header.
+	// - A header value used in a descriptor must be 1 to 256 bytes of UTF-8
+	//   without control characters, and sent once: else a 422 naming it.
+	// - A token in the query string (a parameter named `token`,
+	//   `access_token`, `auth`, `authorization`, `bearer`, `api_key`, `apikey`
+	//   or `x-ratelimit-authorization`, or a value that is a ratelimitd secret
+	//   or a bearer credential) is a 400, whatever else the call holds; the
+	//   query is never logged.
+	//
+	// Corresponds with GET /v1/forward-auth/{domain} (the `ForwardAuth` operationId).
+	ForwardAuth(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthHead The same as GET, without a body.
+	//
+	// Corresponds with HEAD /v1/forward-auth/{domain} (the `ForwardAuthHead` operationId).
+	ForwardAuthHead(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthHeadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthOptions The same as GET.
+	//
+	// Corresponds with OPTIONS /v1/forward-auth/{domain} (the `ForwardAuthOptions` operationId).
+	ForwardAuthOptions(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthOptionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthPatch The same as GET; the body is not read.
+	//
+	// Corresponds with PATCH /v1/forward-auth/{domain} (the `ForwardAuthPatch` operationId).
+	ForwardAuthPatch(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPatchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthPost The same as GET; the body is not read.
+	//
+	// Corresponds with POST /v1/forward-auth/{domain} (the `ForwardAuthPost` operationId).
+	ForwardAuthPost(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPostParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuthPut The same as GET; the body is not read.
+	//
+	// Corresponds with PUT /v1/forward-auth/{domain} (the `ForwardAuthPut` operationId).
+	ForwardAuthPut(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchForwardAuthWithBody What a forward-auth call would match, nothing spent (any scope).
+	//
+	// The admin page's "try a request" box. The body describes a call to
+	// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+	// would send (`Host` among them, or not), and the address of the peer
+	// that would send it (the gateway; 127.0.0.1 when left out). They are
+	// read exactly as the route reads them, with this replica's
+	// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+	// refused with the same 400 or 422. The answer lists, for each `d`, the
+	// descriptor it makes or why it makes none, and the rule, limit and
+	// canonical bucket id of each descriptor that matches one. Nothing is
+	// spent.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+	MatchForwardAuthWithBody(ctx context.Context, domain ForwardAuthDomain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MatchForwardAuth What a forward-auth call would match, nothing spent (any scope).
+	//
+	// The admin page's "try a request" box. The body describes a call to
+	// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+	// would send (`Host` among them, or not), and the address of the peer
+	// that would send it (the gateway; 127.0.0.1 when left out). They are
+	// read exactly as the route reads them, with this replica's
+	// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+	// refused with the same 400 or 422. The answer lists, for each `d`, the
+	// descriptor it makes or why it makes none, and the rule, limit and
+	// canonical bucket id of each descriptor that matches one. Nothing is
+	// spent.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+	MatchForwardAuth(ctx context.Context, domain ForwardAuthDomain, body MatchForwardAuthJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ImportFileWithBody Import limits or overrides in Boulder's YAML formats (admin).
 	//
@@ -2208,6 +2697,204 @@ func (c *Client) Check(ctx context.Context, body CheckJSONRequestBody, reqEditor
 // Corresponds with GET /v1/export (the `ExportFile` operationId).
 func (c *Client) ExportFile(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExportFileRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthDelete The same as GET.
+//
+// Corresponds with DELETE /v1/forward-auth/{domain} (the `ForwardAuthDelete` operationId).
+func (c *Client) ForwardAuthDelete(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthDeleteParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthDeleteRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuth May the gateway's request pass? Spends as ShouldRateLimit does (decide, admin).
+//
+// A gateway's forward auth (nginx `auth_request`, Traefik `ForwardAuth`,
+// Caddy `forward_auth`, HAProxy's Lua action) asks once per request. Every
+// method is answered alike (this GET; HEAD, POST, PUT, PATCH, DELETE and
+// OPTIONS below): the call's own method and body mean nothing, the body is
+// never read (one declared longer than 64 KiB is a 413: a gateway's
+// forward auth sends none). Each `d` makes one descriptor from the original request's
+// attributes, which the gateway passes in headers, and the descriptors of
+// the call are decided as one ShouldRateLimit request of the domain:
+// the same rules, precedence, overrides, shadow limits, `replaces` and
+// `quota_mode`, as one all-or-nothing spend of cost 1 per descriptor.
+//
+//   - A header source (`header:<Name>:<key>`) whose header is absent or
+//     empty makes no descriptor, as Envoy skips it; a call that makes none
+//     is allowed, as is one whose descriptors match no rule (an unknown
+//     domain included).
+//   - An attribute is read only when a `d` asks for it. Method:
+//     `X-Forwarded-Method`, else `X-Original-Method`; URI:
+//     `X-Forwarded-Uri`, else `X-Original-URI`; host: `X-Forwarded-Host`,
+//     else `Host`, in lower case. Missing, repeated or invalid, each is a
+//     422 naming the header.
+//   - `path` is the URI's path without its query, percent-decoded, with `.`
+//     and `..` resolved and repeated slashes merged (a trailing slash kept);
+//     control characters (NUL included, encoded or not), invalid UTF-8 once
+//     decoded, a bad `%` escape, or over 256 bytes is a 422 naming the header.
+//   - `remote_address` is the client address: the rightmost
+//     `X-Forwarded-For` entry that is not a trusted proxy
+//     (`RATELIMIT_TRUSTED_PROXIES`), read only when the connecting peer is
+//     one; else `X-Real-IP` from a trusted peer; else the peer. An entry the
+//     rule reaches that is no address is a 422 naming the header.
+//   - A header value used in a descriptor must be 1 to 256 bytes of UTF-8
+//     without control characters, and sent once: else a 422 naming it.
+//   - A token in the query string (a parameter named `token`,
+//     `access_token`, `auth`, `authorization`, `bearer`, `api_key`, `apikey`
+//     or `x-ratelimit-authorization`, or a value that is a ratelimitd secret
+//     or a bearer credential) is a 400, whatever else the call holds; the
+//     query is never logged.
+//
+// Corresponds with GET /v1/forward-auth/{domain} (the `ForwardAuth` operationId).
+func (c *Client) ForwardAuth(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthHead The same as GET, without a body.
+//
+// Corresponds with HEAD /v1/forward-auth/{domain} (the `ForwardAuthHead` operationId).
+func (c *Client) ForwardAuthHead(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthHeadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthHeadRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthOptions The same as GET.
+//
+// Corresponds with OPTIONS /v1/forward-auth/{domain} (the `ForwardAuthOptions` operationId).
+func (c *Client) ForwardAuthOptions(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthOptionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthOptionsRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthPatch The same as GET; the body is not read.
+//
+// Corresponds with PATCH /v1/forward-auth/{domain} (the `ForwardAuthPatch` operationId).
+func (c *Client) ForwardAuthPatch(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPatchParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthPatchRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthPost The same as GET; the body is not read.
+//
+// Corresponds with POST /v1/forward-auth/{domain} (the `ForwardAuthPost` operationId).
+func (c *Client) ForwardAuthPost(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPostParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthPostRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuthPut The same as GET; the body is not read.
+//
+// Corresponds with PUT /v1/forward-auth/{domain} (the `ForwardAuthPut` operationId).
+func (c *Client) ForwardAuthPut(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthPutRequest(c.Server, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchForwardAuthWithBody What a forward-auth call would match, nothing spent (any scope).
+//
+// The admin page's "try a request" box. The body describes a call to
+// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+// would send (`Host` among them, or not), and the address of the peer
+// that would send it (the gateway; 127.0.0.1 when left out). They are
+// read exactly as the route reads them, with this replica's
+// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+// refused with the same 400 or 422. The answer lists, for each `d`, the
+// descriptor it makes or why it makes none, and the rule, limit and
+// canonical bucket id of each descriptor that matches one. Nothing is
+// spent.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+func (c *Client) MatchForwardAuthWithBody(ctx context.Context, domain ForwardAuthDomain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchForwardAuthRequestWithBody(c.Server, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MatchForwardAuth What a forward-auth call would match, nothing spent (any scope).
+//
+// The admin page's "try a request" box. The body describes a call to
+// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+// would send (`Host` among them, or not), and the address of the peer
+// that would send it (the gateway; 127.0.0.1 when left out). They are
+// read exactly as the route reads them, with this replica's
+// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+// refused with the same 400 or 422. The answer lists, for each `d`, the
+// descriptor it makes or why it makes none, and the rule, limit and
+// canonical bucket id of each descriptor that matches one. Nothing is
+// spent.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+func (c *Client) MatchForwardAuth(ctx context.Context, domain ForwardAuthDomain, body MatchForwardAuthJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMatchForwardAuthRequest(c.Server, domain, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3463,6 +4150,1208 @@ func NewExportFileRequest(server string, params *ExportFileParams) (*http.Reques
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewForwardAuthDeleteRequest constructs an http.Request for the ForwardAuthDelete method
+func NewForwardAuthDeleteRequest(server string, domain ForwardAuthDomain, params *ForwardAuthDeleteParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthRequest constructs an http.Request for the ForwardAuth method
+func NewForwardAuthRequest(server string, domain ForwardAuthDomain, params *ForwardAuthParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthHeadRequest constructs an http.Request for the ForwardAuthHead method
+func NewForwardAuthHeadRequest(server string, domain ForwardAuthDomain, params *ForwardAuthHeadParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthOptionsRequest constructs an http.Request for the ForwardAuthOptions method
+func NewForwardAuthOptionsRequest(server string, domain ForwardAuthDomain, params *ForwardAuthOptionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodOptions, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthPatchRequest constructs an http.Request for the ForwardAuthPatch method
+func NewForwardAuthPatchRequest(server string, domain ForwardAuthDomain, params *ForwardAuthPatchParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthPostRequest constructs an http.Request for the ForwardAuthPost method
+func NewForwardAuthPostRequest(server string, domain ForwardAuthDomain, params *ForwardAuthPostParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthPutRequest constructs an http.Request for the ForwardAuthPut method
+func NewForwardAuthPutRequest(server string, domain ForwardAuthDomain, params *ForwardAuthPutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.D != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "d", params.D, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DenyStatus != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deny_status", *params.DenyStatus, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRatelimitAuthorization != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Ratelimit-Authorization", *params.XRatelimitAuthorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Ratelimit-Authorization", headerParam0)
+		}
+
+		if params.XForwardedMethod != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Method", *params.XForwardedMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Method", headerParam1)
+		}
+
+		if params.XOriginalMethod != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Original-Method", *params.XOriginalMethod, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-Method", headerParam2)
+		}
+
+		if params.XForwardedURI != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Uri", *params.XForwardedURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Uri", headerParam3)
+		}
+
+		if params.XOriginalURI != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Original-URI", *params.XOriginalURI, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Original-URI", headerParam4)
+		}
+
+		if params.XForwardedHost != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-Host", *params.XForwardedHost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-Host", headerParam5)
+		}
+
+		if params.XForwardedFor != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "X-Forwarded-For", *params.XForwardedFor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Forwarded-For", headerParam6)
+		}
+
+		if params.XRealIP != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "X-Real-IP", *params.XRealIP, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Real-IP", headerParam7)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewMatchForwardAuthRequest calls the generic MatchForwardAuth builder with application/json body
+func NewMatchForwardAuthRequest(server string, domain ForwardAuthDomain, body MatchForwardAuthJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMatchForwardAuthRequestWithBody(server, domain, "application/json", bodyReader)
+}
+
+// NewMatchForwardAuthRequestWithBody constructs an http.Request for the MatchForwardAuth method, with any body, and a specified content type
+func NewMatchForwardAuthRequestWithBody(server string, domain ForwardAuthDomain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth/%s/match", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -4847,6 +6736,128 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/export (the `ExportFile` operationId).
 	ExportFileWithResponse(ctx context.Context, params *ExportFileParams, reqEditors ...RequestEditorFn) (*ExportFileResponse, error)
 
+	// ForwardAuthDeleteWithResponse The same as GET.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/forward-auth/{domain} (the `ForwardAuthDelete` operationId).
+	ForwardAuthDeleteWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthDeleteParams, reqEditors ...RequestEditorFn) (*ForwardAuthDeleteResponse, error)
+
+	// ForwardAuthWithResponse May the gateway's request pass? Spends as ShouldRateLimit does (decide, admin).
+	//
+	// A gateway's forward auth (nginx `auth_request`, Traefik `ForwardAuth`,
+	// Caddy `forward_auth`, HAProxy's Lua action) asks once per request. Every
+	// method is answered alike (this GET; HEAD, POST, PUT, PATCH, DELETE and
+	// OPTIONS below): the call's own method and body mean nothing, the body is
+	// never read (one declared longer than 64 KiB is a 413: a gateway's
+	// forward auth sends none). Each `d` makes one descriptor from the original request's
+	// attributes, which the gateway passes in headers, and the descriptors of
+	// the call are decided as one ShouldRateLimit request of the domain:
+	// the same rules, precedence, overrides, shadow limits, `replaces` and
+	// `quota_mode`, as one all-or-nothing spend of cost 1 per descriptor.
+	//
+	// - A header source (`header:<Name>:<key>`) whose header is absent or
+	//   empty makes no descriptor, as Envoy skips it; a call that makes none
+	//   is allowed, as is one whose descriptors match no rule (an unknown
+	//   domain included).
+	// - An attribute is read only when a `d` asks for it. Method:
+	//   `X-Forwarded-Method`, else `X-Original-Method`; URI:
+	//   `X-Forwarded-Uri`, else `X-Original-URI`; host: `X-Forwarded-Host`,
+	//   else `Host`, in lower case. Missing, repeated or invalid, each is a
+	//   422 naming the header.
+	// - `path` is the URI's path without its query, percent-decoded, with `.`
+	//   and `..` resolved and repeated slashes merged (a trailing slash kept);
+	//   control characters (NUL included, encoded or not), invalid UTF-8 once
+	//   decoded, a bad `%` escape, or over 256 bytes is a 422 naming the header.
+	// - `remote_address` is the client address: the rightmost
+	//   `X-Forwarded-For` entry that is not a trusted proxy
+	//   (`RATELIMIT_TRUSTED_PROXIES`), read only when the connecting peer is
+	//   one; else `X-Real-IP` from a trusted peer; else the peer. An entry the
+	//   rule reaches that is no address is a 422 naming the header.
+	// - A header value used in a descriptor must be 1 to 256 bytes of UTF-8
+	//   without control characters, and sent once: else a 422 naming it.
+	// - A token in the query string (a parameter named `token`,
+	//   `access_token`, `auth`, `authorization`, `bearer`, `api_key`, `apikey`
+	//   or `x-ratelimit-authorization`, or a value that is a ratelimitd secret
+	//   or a bearer credential) is a 400, whatever else the call holds; the
+	//   query is never logged.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/forward-auth/{domain} (the `ForwardAuth` operationId).
+	ForwardAuthWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthParams, reqEditors ...RequestEditorFn) (*ForwardAuthResponse, error)
+
+	// ForwardAuthHeadWithResponse The same as GET, without a body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /v1/forward-auth/{domain} (the `ForwardAuthHead` operationId).
+	ForwardAuthHeadWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthHeadParams, reqEditors ...RequestEditorFn) (*ForwardAuthHeadResponse, error)
+
+	// ForwardAuthOptionsWithResponse The same as GET.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with OPTIONS /v1/forward-auth/{domain} (the `ForwardAuthOptions` operationId).
+	ForwardAuthOptionsWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthOptionsParams, reqEditors ...RequestEditorFn) (*ForwardAuthOptionsResponse, error)
+
+	// ForwardAuthPatchWithResponse The same as GET; the body is not read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/forward-auth/{domain} (the `ForwardAuthPatch` operationId).
+	ForwardAuthPatchWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPatchParams, reqEditors ...RequestEditorFn) (*ForwardAuthPatchResponse, error)
+
+	// ForwardAuthPostWithResponse The same as GET; the body is not read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/forward-auth/{domain} (the `ForwardAuthPost` operationId).
+	ForwardAuthPostWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPostParams, reqEditors ...RequestEditorFn) (*ForwardAuthPostResponse, error)
+
+	// ForwardAuthPutWithResponse The same as GET; the body is not read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/forward-auth/{domain} (the `ForwardAuthPut` operationId).
+	ForwardAuthPutWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPutParams, reqEditors ...RequestEditorFn) (*ForwardAuthPutResponse, error)
+
+	// MatchForwardAuthWithBodyWithResponse What a forward-auth call would match, nothing spent (any scope).
+	//
+	// The admin page's "try a request" box. The body describes a call to
+	// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+	// would send (`Host` among them, or not), and the address of the peer
+	// that would send it (the gateway; 127.0.0.1 when left out). They are
+	// read exactly as the route reads them, with this replica's
+	// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+	// refused with the same 400 or 422. The answer lists, for each `d`, the
+	// descriptor it makes or why it makes none, and the rule, limit and
+	// canonical bucket id of each descriptor that matches one. Nothing is
+	// spent.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+	MatchForwardAuthWithBodyWithResponse(ctx context.Context, domain ForwardAuthDomain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchForwardAuthResponse, error)
+
+	// MatchForwardAuthWithResponse What a forward-auth call would match, nothing spent (any scope).
+	//
+	// The admin page's "try a request" box. The body describes a call to
+	// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+	// would send (`Host` among them, or not), and the address of the peer
+	// that would send it (the gateway; 127.0.0.1 when left out). They are
+	// read exactly as the route reads them, with this replica's
+	// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+	// refused with the same 400 or 422. The answer lists, for each `d`, the
+	// descriptor it makes or why it makes none, and the rule, limit and
+	// canonical bucket id of each descriptor that matches one. Nothing is
+	// spent.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+	MatchForwardAuthWithResponse(ctx context.Context, domain ForwardAuthDomain, body MatchForwardAuthJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchForwardAuthResponse, error)
+
 	// ImportFileWithBodyWithResponse Import limits or overrides in Boulder's YAML formats (admin).
 	//
 	// `kind=defaults`: a map `Name: {burst, count, period}` with optional
@@ -6002,6 +8013,1041 @@ func (r ExportFileResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExportFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthDeleteResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthDelete
+type ForwardAuthDeleteResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthDeleteResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthDelete
+type ForwardAuthDeleteResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthDeleteResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthDelete
+type ForwardAuthDeleteResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthDeleteResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthDelete
+type ForwardAuthDeleteResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthDeleteResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthDelete
+type ForwardAuthDeleteResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthDeleteResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthDeleteResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthDeleteResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthDeleteResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthDeleteResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthDeleteResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthDeleteResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthDeleteResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthDeleteResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthDeleteResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthDeleteResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuth
+type ForwardAuthResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuth
+type ForwardAuthResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuth
+type ForwardAuthResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuth
+type ForwardAuthResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuth
+type ForwardAuthResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthHeadResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthHead
+type ForwardAuthHeadResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthHeadResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthHead
+type ForwardAuthHeadResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthHeadResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthHead
+type ForwardAuthHeadResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthHeadResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthHead
+type ForwardAuthHeadResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthHeadResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthHead
+type ForwardAuthHeadResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthHeadResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthHeadResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthHeadResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthHeadResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthHeadResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthHeadResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthOptionsResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthOptions
+type ForwardAuthOptionsResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthOptionsResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthOptions
+type ForwardAuthOptionsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthOptionsResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthOptions
+type ForwardAuthOptionsResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthOptionsResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthOptions
+type ForwardAuthOptionsResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthOptionsResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthOptions
+type ForwardAuthOptionsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthOptionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthOptionsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthOptionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthOptionsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthOptionsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthOptionsResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthOptionsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthOptionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthOptionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthOptionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthOptionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthPatchResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthPatch
+type ForwardAuthPatchResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthPatchResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthPatch
+type ForwardAuthPatchResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthPatchResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthPatch
+type ForwardAuthPatchResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPatchResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthPatch
+type ForwardAuthPatchResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPatchResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthPatch
+type ForwardAuthPatchResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthPatchResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthPatchResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthPatchResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthPatchResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthPatchResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthPatchResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthPatchResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthPatchResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthPatchResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthPatchResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthPatchResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthPostResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthPost
+type ForwardAuthPostResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthPostResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthPost
+type ForwardAuthPostResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthPostResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthPost
+type ForwardAuthPostResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPostResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthPost
+type ForwardAuthPostResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPostResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthPost
+type ForwardAuthPostResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthPostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthPostResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthPostResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthPostResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthPostResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthPostResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthPostResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthPostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthPostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthPostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthPostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthPutResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuthPut
+type ForwardAuthPutResponse200Headers struct {
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRatelimitDegraded *string
+}
+
+// ForwardAuthPutResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuthPut
+type ForwardAuthPutResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForwardAuthPutResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuthPut
+type ForwardAuthPutResponse403Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPutResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuthPut
+type ForwardAuthPutResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *int
+}
+
+// ForwardAuthPutResponse503Headers the declared response headers of an HTTP 503 response for ForwardAuthPut
+type ForwardAuthPutResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForwardAuthPutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *Problem
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthPutResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthPutResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthPutResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthPutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForwardAuthPutResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON403() *Problem {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON429() *Problem {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForwardAuthPutResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthPutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthPutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthPutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthPutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MatchForwardAuthResponse401Headers the declared response headers of an HTTP 401 response for MatchForwardAuth
+type MatchForwardAuthResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// MatchForwardAuthResponse503Headers the declared response headers of an HTTP 503 response for MatchForwardAuth
+type MatchForwardAuthResponse503Headers struct {
+	RetryAfter *int
+}
+
+type MatchForwardAuthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ForwardAuthMatch
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationProblemJSON405 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MatchForwardAuthResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MatchForwardAuthResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MatchForwardAuthResponse) GetJSON200() *ForwardAuthMatch {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON405() *Problem {
+	return r.ApplicationProblemJSON405
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r MatchForwardAuthResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MatchForwardAuthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MatchForwardAuthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MatchForwardAuthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MatchForwardAuthResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8914,6 +11960,182 @@ func (c *ClientWithResponses) ExportFileWithResponse(ctx context.Context, params
 	return ParseExportFileResponse(rsp)
 }
 
+// ForwardAuthDeleteWithResponse The same as GET.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/forward-auth/{domain} (the `ForwardAuthDelete` operationId).
+func (c *ClientWithResponses) ForwardAuthDeleteWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthDeleteParams, reqEditors ...RequestEditorFn) (*ForwardAuthDeleteResponse, error) {
+	rsp, err := c.ForwardAuthDelete(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthDeleteResponse(rsp)
+}
+
+// ForwardAuthWithResponse May the gateway's request pass? Spends as ShouldRateLimit does (decide, admin).
+//
+// A gateway's forward auth (nginx `auth_request`, Traefik `ForwardAuth`,
+// Caddy `forward_auth`, HAProxy's Lua action) asks once per request. Every
+// method is answered alike (this GET; HEAD, POST, PUT, PATCH, DELETE and
+// OPTIONS below): the call's own method and body mean nothing, the body is
+// never read (one declared longer than 64 KiB is a 413: a gateway's
+// forward auth sends none). Each `d` makes one descriptor from the original request's
+// attributes, which the gateway passes in headers, and the descriptors of
+// the call are decided as one ShouldRateLimit request of the domain:
+// the same rules, precedence, overrides, shadow limits, `replaces` and
+// `quota_mode`, as one all-or-nothing spend of cost 1 per descriptor.
+//
+//   - A header source (`header:<Name>:<key>`) whose header is absent or
+//     empty makes no descriptor, as Envoy skips it; a call that makes none
+//     is allowed, as is one whose descriptors match no rule (an unknown
+//     domain included).
+//   - An attribute is read only when a `d` asks for it. Method:
+//     `X-Forwarded-Method`, else `X-Original-Method`; URI:
+//     `X-Forwarded-Uri`, else `X-Original-URI`; host: `X-Forwarded-Host`,
+//     else `Host`, in lower case. Missing, repeated or invalid, each is a
+//     422 naming the header.
+//   - `path` is the URI's path without its query, percent-decoded, with `.`
+//     and `..` resolved and repeated slashes merged (a trailing slash kept);
+//     control characters (NUL included, encoded or not), invalid UTF-8 once
+//     decoded, a bad `%` escape, or over 256 bytes is a 422 naming the header.
+//   - `remote_address` is the client address: the rightmost
+//     `X-Forwarded-For` entry that is not a trusted proxy
+//     (`RATELIMIT_TRUSTED_PROXIES`), read only when the connecting peer is
+//     one; else `X-Real-IP` from a trusted peer; else the peer. An entry the
+//     rule reaches that is no address is a 422 naming the header.
+//   - A header value used in a descriptor must be 1 to 256 bytes of UTF-8
+//     without control characters, and sent once: else a 422 naming it.
+//   - A token in the query string (a parameter named `token`,
+//     `access_token`, `auth`, `authorization`, `bearer`, `api_key`, `apikey`
+//     or `x-ratelimit-authorization`, or a value that is a ratelimitd secret
+//     or a bearer credential) is a 400, whatever else the call holds; the
+//     query is never logged.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/forward-auth/{domain} (the `ForwardAuth` operationId).
+func (c *ClientWithResponses) ForwardAuthWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthParams, reqEditors ...RequestEditorFn) (*ForwardAuthResponse, error) {
+	rsp, err := c.ForwardAuth(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthResponse(rsp)
+}
+
+// ForwardAuthHeadWithResponse The same as GET, without a body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /v1/forward-auth/{domain} (the `ForwardAuthHead` operationId).
+func (c *ClientWithResponses) ForwardAuthHeadWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthHeadParams, reqEditors ...RequestEditorFn) (*ForwardAuthHeadResponse, error) {
+	rsp, err := c.ForwardAuthHead(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthHeadResponse(rsp)
+}
+
+// ForwardAuthOptionsWithResponse The same as GET.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with OPTIONS /v1/forward-auth/{domain} (the `ForwardAuthOptions` operationId).
+func (c *ClientWithResponses) ForwardAuthOptionsWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthOptionsParams, reqEditors ...RequestEditorFn) (*ForwardAuthOptionsResponse, error) {
+	rsp, err := c.ForwardAuthOptions(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthOptionsResponse(rsp)
+}
+
+// ForwardAuthPatchWithResponse The same as GET; the body is not read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/forward-auth/{domain} (the `ForwardAuthPatch` operationId).
+func (c *ClientWithResponses) ForwardAuthPatchWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPatchParams, reqEditors ...RequestEditorFn) (*ForwardAuthPatchResponse, error) {
+	rsp, err := c.ForwardAuthPatch(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthPatchResponse(rsp)
+}
+
+// ForwardAuthPostWithResponse The same as GET; the body is not read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/forward-auth/{domain} (the `ForwardAuthPost` operationId).
+func (c *ClientWithResponses) ForwardAuthPostWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPostParams, reqEditors ...RequestEditorFn) (*ForwardAuthPostResponse, error) {
+	rsp, err := c.ForwardAuthPost(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthPostResponse(rsp)
+}
+
+// ForwardAuthPutWithResponse The same as GET; the body is not read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/forward-auth/{domain} (the `ForwardAuthPut` operationId).
+func (c *ClientWithResponses) ForwardAuthPutWithResponse(ctx context.Context, domain ForwardAuthDomain, params *ForwardAuthPutParams, reqEditors ...RequestEditorFn) (*ForwardAuthPutResponse, error) {
+	rsp, err := c.ForwardAuthPut(ctx, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthPutResponse(rsp)
+}
+
+// MatchForwardAuthWithBodyWithResponse What a forward-auth call would match, nothing spent (any scope).
+//
+// The admin page's "try a request" box. The body describes a call to
+// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+// would send (`Host` among them, or not), and the address of the peer
+// that would send it (the gateway; 127.0.0.1 when left out). They are
+// read exactly as the route reads them, with this replica's
+// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+// refused with the same 400 or 422. The answer lists, for each `d`, the
+// descriptor it makes or why it makes none, and the rule, limit and
+// canonical bucket id of each descriptor that matches one. Nothing is
+// spent.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+func (c *ClientWithResponses) MatchForwardAuthWithBodyWithResponse(ctx context.Context, domain ForwardAuthDomain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MatchForwardAuthResponse, error) {
+	rsp, err := c.MatchForwardAuthWithBody(ctx, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchForwardAuthResponse(rsp)
+}
+
+// MatchForwardAuthWithResponse What a forward-auth call would match, nothing spent (any scope).
+//
+// The admin page's "try a request" box. The body describes a call to
+// `/v1/forward-auth/{domain}`: its query string, the headers the gateway
+// would send (`Host` among them, or not), and the address of the peer
+// that would send it (the gateway; 127.0.0.1 when left out). They are
+// read exactly as the route reads them, with this replica's
+// `RATELIMIT_TRUSTED_PROXIES`, and a call the route would refuse is
+// refused with the same 400 or 422. The answer lists, for each `d`, the
+// descriptor it makes or why it makes none, and the rule, limit and
+// canonical bucket id of each descriptor that matches one. Nothing is
+// spent.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/forward-auth/{domain}/match (the `MatchForwardAuth` operationId).
+func (c *ClientWithResponses) MatchForwardAuthWithResponse(ctx context.Context, domain ForwardAuthDomain, body MatchForwardAuthJSONRequestBody, reqEditors ...RequestEditorFn) (*MatchForwardAuthResponse, error) {
+	rsp, err := c.MatchForwardAuth(ctx, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMatchForwardAuthResponse(rsp)
+}
+
 // ImportFileWithBodyWithResponse Import limits or overrides in Boulder's YAML formats (admin).
 //
 // `kind=defaults`: a map `Name: {burst, count, period}` with optional
@@ -10232,6 +13454,1329 @@ func ParseExportFileResponse(rsp *http.Response) (*ExportFileResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers ExportFileResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthDeleteResponse parses an HTTP response from a ForwardAuthDeleteWithResponse call
+func ParseForwardAuthDeleteResponse(rsp *http.Response) (*ForwardAuthDeleteResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthDeleteResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthDeleteResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthDeleteResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthDeleteResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthDeleteResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthDeleteResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthResponse parses an HTTP response from a ForwardAuthWithResponse call
+func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthHeadResponse parses an HTTP response from a ForwardAuthHeadWithResponse call
+func ParseForwardAuthHeadResponse(rsp *http.Response) (*ForwardAuthHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthHeadResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthHeadResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthHeadResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthHeadResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthHeadResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthOptionsResponse parses an HTTP response from a ForwardAuthOptionsWithResponse call
+func ParseForwardAuthOptionsResponse(rsp *http.Response) (*ForwardAuthOptionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthOptionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthOptionsResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthOptionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthOptionsResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthOptionsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthOptionsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthPatchResponse parses an HTTP response from a ForwardAuthPatchWithResponse call
+func ParseForwardAuthPatchResponse(rsp *http.Response) (*ForwardAuthPatchResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthPatchResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthPatchResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthPatchResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthPatchResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthPatchResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthPatchResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthPostResponse parses an HTTP response from a ForwardAuthPostWithResponse call
+func ParseForwardAuthPostResponse(rsp *http.Response) (*ForwardAuthPostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthPostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthPostResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthPostResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthPostResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthPostResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthPostResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthPutResponse parses an HTTP response from a ForwardAuthPutWithResponse call
+func ParseForwardAuthPutResponse(rsp *http.Response) (*ForwardAuthPutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthPutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthPutResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Ratelimit-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Ratelimit-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRatelimitDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthPutResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthPutResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthPutResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForwardAuthPutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMatchForwardAuthResponse parses an HTTP response from a MatchForwardAuthWithResponse call
+func ParseMatchForwardAuthResponse(rsp *http.Response) (*MatchForwardAuthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MatchForwardAuthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ForwardAuthMatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers MatchForwardAuthResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers MatchForwardAuthResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

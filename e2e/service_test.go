@@ -49,6 +49,8 @@ type options struct {
 	// gogc is GOGC; unset when empty, whatever the tests' environment
 	// says, so that every process runs as a default install does.
 	gogc string
+	// env holds further settings (KEY=value), after the others.
+	env []string
 }
 
 // service is one ratelimitd process, started from the binary TestMain
@@ -106,6 +108,7 @@ func newService(t *testing.T, name string, opts options) *service {
 		"RATELIMIT_BOOTSTRAP_TOKEN="+opts.bootstrap,
 		"RATELIMIT_SHUTDOWN_TIMEOUT=5s",
 	)
+	s.env = append(s.env, opts.env...)
 	t.Cleanup(func() {
 		s.kill()
 		s.checkLog()

@@ -75,6 +75,22 @@
 #         (A Go client such as ghz takes
 #         most of the two cores itself at a third of this rate, which left
 #         the service half idle and measured its wake-ups.)
+#   ghz   ShouldRateLimit as Envoy calls it: a new descriptor value per
+#         call (reg_id 1 .. BENCH_IDS, the buckets of the one-bucket REST
+#         runs), over BENCH_GHZ_CONNECTIONS connections with
+#         BENCH_GHZ_CONCURRENCY calls in flight, driven by ghz (pinned,
+#         built with go install), which reads every answer. Its calls are
+#         count-prefixed binary messages, parsed once and sent in turn, so
+#         that ghz spends no CPU on templates. ghz takes a share of the two
+#         cores itself, so its req/s are not comparable with wrk's; the
+#         service's CPU per call is. As for grpc, the service's count of
+#         its allowed gRPC decisions must grow by the calls ghz saw OK.
+#   fa    a gateway's forward auth, GET /v1/forward-auth/bench?d=remote_address
+#         with a new client address per call in X-Forwarded-For from a
+#         trusted hop (wrk on loopback), as nginx sends it
+#         (scripts/forwardauth.lua), through a rule onto bench_allowed_ip.
+#   ip-allowed  the REST spend of the same buckets: one bucket of
+#         bench_allowed_ip a request, the same addresses in turn.
 #   h2c   the REST spend over HTTP/2 without TLS (prior knowledge), driven
 #         by h2load (Debian's nghttp2-client package) over
 #         BENCH_H2C_CONNECTIONS connections of BENCH_H2C_STREAMS streams
@@ -85,6 +101,10 @@
 # Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
 # ceiling speaks only that.
 #
+# The scenario "nginx" has a table of its own, after this one: requests
+# through nginx alone, with its limit_req, and asking ratelimitd with
+# auth_request from deploy/gateways (scripts/bench-nginx.sh says how).
+#
 #   BENCH_DURATION     measured time per run                 10s
 #   BENCH_WARMUP       unmeasured load before each run        2s
 #   BENCH_THREADS      wrk threads                            2
@@ -92,10 +112,12 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
-#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc h2c"
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx"
 #                      (also 3-denied)
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
 #   BENCH_GRPC_STREAMS      h2load streams per connection     32
+#   BENCH_GHZ_CONNECTIONS   ghz connections (ghz)             1
+#   BENCH_GHZ_CONCURRENCY   ghz calls in flight (ghz)         32
 #   BENCH_H2C_CONNECTIONS   h2load connections (h2c)          2
 #   BENCH_H2C_STREAMS       h2load streams per connection     32
 #   BENCH_CEILING_WAIT the waiting ceiling's wait; 0 leaves   200us
@@ -119,20 +141,23 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc h2c}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx}
 REDIS_URL=${BENCH_REDIS_URL:-}
 GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
 GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
+GHZ_CONNECTIONS=${BENCH_GHZ_CONNECTIONS:-1}
+GHZ_CONCURRENCY=${BENCH_GHZ_CONCURRENCY:-32}
+GHZ=github.com/bojand/ghz/cmd/ghz@v0.121.0
 H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
 H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
 CEILING_WAIT=${BENCH_CEILING_WAIT:-200us}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | h2c) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
-for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
-	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
+for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
 done
 
 # has_scenario NAME reports whether BENCH_SCENARIOS names a scenario.
@@ -143,6 +168,14 @@ has_scenario() {
 
 need_wrk
 build
+# The nginx scenario runs after the others' table, from its own file.
+NGINX=
+if has_scenario nginx; then
+	command -v nginx >/dev/null && command -v envsubst >/dev/null ||
+		die "nginx and envsubst are needed for the nginx runs: install them with 'apt-get install nginx gettext-base' (Debian, Ubuntu), or leave nginx out of BENCH_SCENARIOS"
+	NGINX=1
+	SCENARIOS=$(sed 's/\(^\| \)nginx\( \|$\)/ /' <<<"$SCENARIOS")
+fi
 if { has_scenario h2c || has_scenario grpc; } && ! command -v h2load >/dev/null; then
 	die "h2load is needed for the h2c and grpc runs: install it with 'apt-get install nghttp2-client' (Debian, Ubuntu) or 'brew install nghttp2' (macOS), or leave them out of BENCH_SCENARIOS"
 fi
@@ -152,6 +185,14 @@ printf '{"buckets":[{"limit":"bench_allowed_one","bucket_id":"1"}]}' >"$WORK/h2c
 # (field 1, "bench"; field 2, a descriptor of 13 bytes: its field 1, an
 # entry of 11 bytes: key "reg_id", value "1").
 printf '\x00\x00\x00\x00\x16\x0a\x05bench\x12\x0d\x0a\x0b\x0a\x06reg_id\x12\x011' >"$WORK/grpc-body.bin"
+if has_scenario ghz; then
+	GOBIN="$WORK" "${GO:-go}" install "$GHZ" || die "go install $GHZ failed"
+	# The ghz runs' calls: the body above with reg_id 1 .. BENCH_IDS, each
+	# prefixed by its length (a varint of one byte: every call is short).
+	for ((i = 1; i <= IDS; i++)); do
+		printf "$(printf '\\x%02x\\x0a\\x05bench\\x12\\x%02x\\x0a\\x%02x\\x0a\\x06reg_id\\x12\\x%02x' $((21 + ${#i})) $((12 + ${#i})) $((10 + ${#i})) ${#i})%s" "$i"
+	done >"$WORK/ghz-calls.bin"
+fi
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
@@ -214,10 +255,12 @@ start_store() {
 				put_limit "bench_${kind}_${fmt%%:*}" "${fmt#*:}" 1 1 24h
 			fi
 		done
-		# The rule of the grpc runs comes before the last limit, so that
-		# the snapshot wait_decides waits for holds it too.
-		[ $kind = allowed ] &&
+		# The rules of the grpc, ghz and fa runs come before the last
+		# limit, so that the snapshot wait_decides waits for holds them too.
+		if [ $kind = allowed ]; then
 			api POST /v1/rules '{"domain":"bench","descriptor":[{"key":"reg_id"}],"limit":"bench_allowed_one"}' >/dev/null
+			api POST /v1/rules '{"domain":"bench","descriptor":[{"key":"remote_address"}],"limit":"bench_allowed_ip"}' >/dev/null
+		fi
 	done
 	wait_decides bench_denied_domain example.com
 	for sc in $SCENARIOS; do
@@ -289,6 +332,41 @@ grpc_spend() {
 	h2load_line "$out" $((after - before))
 }
 
+# ghz_spend ADDR URL TOKEN DURATION calls ShouldRateLimit at ADDR for
+# DURATION with ghz (see ghz above), checks the calls against the
+# decisions the service at URL counted, and prints a line as wrk_spend
+# does.
+ghz_spend() {
+	local out before after
+	before=$(grpc_allowed "$2")
+	out=$("$WORK/ghz" --insecure --call envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit \
+		--binary-file "$WORK/ghz-calls.bin" --connections "$GHZ_CONNECTIONS" --concurrency "$GHZ_CONCURRENCY" \
+		--duration "$4" --metadata "{\"authorization\":\"Bearer $3\"}" --format json "$1" 2>&1) || die "ghz failed: $out"
+	after=$(grpc_allowed "$2")
+	# When its time is up, ghz closes the connection under the calls in
+	# flight, and counts them as failed: at most one per call in flight
+	# is its own cut, not the service's.
+	jq -r --argjson allowed $((after - before)) --argjson inflight "$GHZ_CONCURRENCY" '
+		(.statusCodeDistribution.OK // 0) as $ok
+		| ([(.errorDistribution // {}) | to_entries[] | select(.key | test("closed network connection|transport is closing|code = Canceled")) | .value] | add // 0) as $cut
+		| [.count, .total / 1e9,
+			(.latencyDistribution // [] | map(select(.percentage == 50))[0].latency // 0) / 1000,
+			(.latencyDistribution // [] | map(select(.percentage == 99))[0].latency // 0) / 1000,
+			.count - $ok - ([$cut, $inflight] | min), (if $ok > $allowed then $ok - $allowed else 0 end), 0,
+			((.errorDistribution // {}) | to_entries | map("\(.value) \(.key)") | join("; ") | if . == "" then "-" else gsub(" "; "_") end)]
+		| map(tostring) | join(" ")' <<<"$out" || die "ghz printed no result: $out"
+}
+
+# fa_spend URL TOKEN DURATION makes forward-auth calls with wrk and
+# scripts/forwardauth.lua for DURATION, and prints wrk_spend's line.
+fa_spend() {
+	local out
+	out=$(wrk -t "$WRK_THREADS" -c "$WRK_CONNECTIONS" -d "$3" --timeout 10s -s "$ROOT/scripts/forwardauth.lua" \
+		"$1/v1/forward-auth/bench" -- "$IDS" "$2" "$WRK_THREADS") || die "wrk failed: $out"
+	awk '$1 == "result" {$1 = ""; print substr($0, 2); found = 1} END {exit !found}' <<<"$out" ||
+		die "wrk printed no result: $out"
+}
+
 # h2load_spend URL TOKEN DURATION spends over h2c for DURATION (see h2c
 # above) and prints a line as wrk_spend does, p50 and p99 "-".
 h2load_spend() {
@@ -319,6 +397,8 @@ spend() {
 		local sc=${t#* }
 		case $sc in
 		grpc) grpc_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		ghz) ghz_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		fa) fa_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		esac
 		n=${sc%%-*} kind=${sc#*-}
@@ -393,6 +473,8 @@ echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
 has_scenario grpc && echo "grpc:    $(h2load --version | head -1), $GRPC_CONNECTIONS connections x $GRPC_STREAMS streams, ShouldRateLimit on one bucket (the same id)"
+has_scenario ghz && echo "ghz:     ghz ${GHZ#*@}, $GHZ_CONNECTIONS connection(s), $GHZ_CONCURRENCY calls in flight, ShouldRateLimit on bench_allowed_one, a new reg_id per call (1..$IDS)"
+has_scenario fa && echo "fa:      wrk and scripts/forwardauth.lua, forward auth with a new client address per call in X-Forwarded-For (2001:db8::1..$IDS), bench_allowed_ip; ip-allowed spends the same buckets over REST"
 has_scenario h2c && echo "h2c:     $(h2load --version | head -1), $H2C_CONNECTIONS connections x $H2C_STREAMS streams, one bucket (the same id)"
 # Other work on the machine shows in its load average: the bench alone
 # keeps at most four processes busy (wrk, the target, Redis, the shell).
@@ -415,4 +497,5 @@ echo "each round:"
 	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
 	awk -F'\t' -v OFS='\t' '{print $1, $2, $3, $12, $6, $10, $8}' "$RESULTS"
 } | column -t -s $'\t'
+[ -z "$NGINX" ] || . "$(dirname "$0")/bench-nginx.sh"
 exit $status

@@ -12,6 +12,8 @@ SVC_PIDS=
 LOAD_PID=
 CEILING_PID=
 CEILING_PIDS=
+# Other processes a caller starts, which cleanup stops as well.
+EXTRA_PIDS=
 REDIS_PID=
 REDIS_PREFIX_IN_USE=
 REDIS_URL_IN_USE=
@@ -200,7 +202,7 @@ redis_cleanup() {
 cleanup() {
 	local rc=$?
 	local pid
-	for pid in $LOAD_PID $CEILING_PIDS; do
+	for pid in $LOAD_PID $CEILING_PIDS $EXTRA_PIDS; do
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done

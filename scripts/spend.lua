@@ -3,7 +3,8 @@
 -- stepping through 1..ids, and each answer is checked. Arguments after
 -- wrk's "--":
 --
---   buckets  1 or 3
+--   buckets  1 or 3, or ip: one bucket of bench_KIND_ip, the buckets of
+--            forwardauth.lua's client addresses
 --   kind     allowed or denied: which set of limits (bench.sh makes both)
 --   ids      bucket ids per limit, 1 to 65535 (an IPv6 group in hex)
 --   expect   true, false or any: what "allowed" must say in every answer
@@ -23,14 +24,14 @@ function setup(thread)
 end
 
 function init(args)
-	local n = tonumber(args[1])
+	local n = args[1] == "ip" and "ip" or tonumber(args[1])
 	local kind = args[2]
 	ids = tonumber(args[3])
 	local expect = args[4]
 	local nthreads = tonumber(args[5])
-	if (n ~= 1 and n ~= 3) or (kind ~= "allowed" and kind ~= "denied") or not ids or ids < 1 or ids > 65535
+	if (n ~= 1 and n ~= 3 and n ~= "ip") or (kind ~= "allowed" and kind ~= "denied") or not ids or ids < 1 or ids > 65535
 		or (expect ~= "true" and expect ~= "false" and expect ~= "any") or not nthreads or nthreads < 1 then
-		error("usage: wrk ... -- 1|3 allowed|denied IDS(1-65535) true|false|any THREADS")
+		error("usage: wrk ... -- 1|3|ip allowed|denied IDS(1-65535) true|false|any THREADS")
 	end
 	if expect ~= "any" then
 		want = '"allowed":' .. expect
@@ -39,6 +40,8 @@ function init(args)
 	-- so that each id format's parsing is in the measure.
 	if n == 1 then
 		template = '{"buckets":[{"limit":"bench_' .. kind .. '_one","bucket_id":"%d"}]}'
+	elseif n == "ip" then
+		template = '{"buckets":[{"limit":"bench_' .. kind .. '_ip","bucket_id":"2001:db8::%x"}]}'
 	else
 		template = '{"buckets":[{"limit":"bench_' .. kind .. '_reg","bucket_id":"%d"},'
 			.. '{"limit":"bench_' .. kind .. '_ip","bucket_id":"2001:db8::%x"},'

@@ -206,7 +206,7 @@ func TestAdminPageIsComplete(t *testing.T) {
 		t.Error(p)
 	}
 	// The page, its style, its entry module and the modules it imports.
-	for _, want := range []string{"index.html", "app.css", "app.js", "api.js", "dom.js", "format.js", "limits.js", "overrides.js", "icon.svg"} {
+	for _, want := range []string{"index.html", "app.css", "app.js", "api.js", "dom.js", "format.js", "limits.js", "overrides.js", "tryrequest.js", "icon.svg"} {
 		if _, ok := found[want]; !ok {
 			t.Errorf("%s is not referenced by the page", want)
 		}

@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/api/edge"
@@ -168,59 +167,4 @@ func millis(d time.Duration) int64 {
 		return -1
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// seconds converts a duration into whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// quotaUnit maps a decision's unit to the RateLimit-Policy header's qu,
-// "" when the header is to have none. The draft defines requests (its
-// default, so never sent), content-bytes and concurrent-requests: a
-// limit in bytes counts content bytes, and a concurrency limit that counts
-// requests counts concurrent ones. Any other unit, tokens for one, has
-// no name there: the header then leaves it out rather than send a value
-// clients cannot know, and the answer's unit says what the quota counts.
-func quotaUnit(d *limiter.Decision) string {
-	switch {
-	case d.Kind == limiter.KindConcurrency && d.Unit == limiter.DefaultUnit:
-		return "concurrent-requests"
-	case d.Kind != limiter.KindConcurrency && (d.Unit == "bytes" || d.Unit == "content-bytes"):
-		return "content-bytes"
-	}
-	return ""
-}
-
-// appendRateLimit adds RateLimit-Policy and RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-11) for the most restrictive
-// bucket to the answer's headers, and Retry-After when the answer is a
-// denial that a retry can overcome; an acquire's are a spend's.
-func (sc *scratch) appendRateLimit(op limiter.Op, res limiter.Result) {
-	if i := res.MostRestrictive(op); i >= 0 {
-		d := &res.Decisions[i]
-		// In whole seconds, rounded up; the draft wants a positive window.
-		window := max(1, seconds(d.PolicyWindow()))
-		b := append(sc.x.Values(), '"')
-		b = append(b, d.Limit...)
-		b = append(b, `";q=`...)
-		b = strconv.AppendInt(b, d.Params.Burst, 10)
-		if qu := quotaUnit(d); qu != "" {
-			b = append(b, `;qu="`...)
-			b = append(b, qu...)
-			b = append(b, '"')
-		}
-		b = append(b, ";w="...)
-		// The canonical keys, which the edge sets as they are.
-		sc.x.AddHeader("Ratelimit-Policy", strconv.AppendInt(b, window, 10))
-		b = append(sc.x.Values(), '"')
-		b = append(b, d.Limit...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		b = append(b, ";t="...)
-		sc.x.AddHeader("Ratelimit", strconv.AppendInt(b, seconds(d.UntilReset(op)), 10))
-	}
-	if op != limiter.Refund && !res.Allowed && res.RetryAfter > 0 {
-		sc.x.AddHeader("Retry-After", strconv.AppendInt(sc.x.Values(), seconds(res.RetryAfter), 10))
-	}
 }

@@ -85,7 +85,7 @@ func TestPolicyOfQuotasAndLeases(t *testing.T) {
 func rateLimitHeaders(t *testing.T, op limiter.Op, res limiter.Result) http.Header {
 	t.Helper()
 	e := edge.New(edge.Config{Observer: fixedID{}}, edge.Route{Path: "/", Serve: func(x *edge.Exchange, _ *http.Request) error {
-		(&scratch{x: x}).appendRateLimit(op, res)
+		x.AddRateLimit(op, res)
 		return nil
 	}})
 	w := httptest.NewRecorder()

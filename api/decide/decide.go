@@ -201,7 +201,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	}
 	h.cfg.Observer.ObserveDecisions(op, res)
 	h.cfg.Observer.ObserveUnits(op, reqs, res)
-	sc.appendRateLimit(op, res)
+	sc.x.AddRateLimit(op, res)
 	sc.fill(op, res)
 	sc.out = sc.result.appendJSON(sc.out)
 	sc.answer(w)

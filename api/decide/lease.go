@@ -53,7 +53,7 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sc *scratch) e
 		return err
 	}
 	h.cfg.Observer.ObserveAcquire(res.Result)
-	sc.appendRateLimit(limiter.Spend, res.Result)
+	sc.x.AddRateLimit(limiter.Spend, res.Result)
 	sc.fillAcquire(res)
 	sc.out = sc.result.appendJSON(sc.out)
 	sc.answer(w)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/api/problem"
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // MaxHeaderBytes bounds a request's header block. A larger one is answered
@@ -285,6 +286,21 @@ func (x *Exchange) Values() []byte { return x.values }
 func (x *Exchange) AddHeader(key string, values []byte) {
 	x.values = values
 	x.mark(key)
+}
+
+// AddRateLimit adds the RateLimit-Policy, RateLimit and Retry-After
+// headers of a decision's result, as problem.AppendRateLimit words them
+// for every front.
+func (x *Exchange) AddRateLimit(op limiter.Op, res limiter.Result) {
+	b, ends := problem.AppendRateLimit(x.values, op, res)
+	// Each value ends where its mark says, in the one array they share.
+	if ends.Policy > 0 {
+		x.AddHeader(problem.HeaderPolicy, b[:ends.Policy])
+		x.AddHeader(problem.HeaderRateLimit, b[:ends.RateLimit])
+	}
+	if ends.RetryAfter > 0 {
+		x.AddHeader(problem.HeaderRetryAfter, b[:ends.RetryAfter])
+	}
 }
 
 func (x *Exchange) mark(key string) {

@@ -44,6 +44,7 @@ var names = map[int]string{
 	http.StatusUnsupportedMediaType:        "unsupported-media-type",
 	http.StatusUnprocessableEntity:         "validation",
 	http.StatusRequestHeaderFieldsTooLarge: "headers-too-large",
+	http.StatusTooManyRequests:             "too-many-requests",
 	http.StatusServiceUnavailable:          "unavailable",
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +26,10 @@ import (
 	"github.com/ratelimitd/ratelimitd"
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/edge"
+	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
@@ -71,6 +74,9 @@ type env struct {
 	conn   *grpc.ClientConn
 	admin  string
 	keeper *auth.Keeper
+	// forwardAuth is the URL of the forward-auth route over the same
+	// Limiter, for comparing the two fronts.
+	forwardAuth string
 }
 
 func newEnv(t testing.TB, eng engine, o envOptions) *env {
@@ -119,6 +125,9 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 		cfg.Auth = nil
 	}
 	gs := rls.New(cfg)
+	fa := httptest.NewServer(edge.New(edge.Config{Observer: tel.Front("http"), Logger: log},
+		forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"), Clients: clientip.New(clientip.Loopback)}).Routes()...))
+	t.Cleanup(fa.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +155,7 @@ func newEnv(t testing.TB, eng engine, o envOptions) *env {
 	}
 	return &env{t: t, db: d, dbURL: url, lim: lim, loader: ld, srv: srv, gs: gs,
 		http: edge.New(edge.Config{Observer: tel.Front("http"), Logger: log}, srv.Routes()...), reg: reg, client: rlsv3.NewRateLimitServiceClient(conn),
-		conn: conn, admin: admin, keeper: keeper}
+		conn: conn, admin: admin, keeper: keeper, forwardAuth: fa.URL}
 }
 
 // limit creates a limit and waits until the snapshot holds it.

@@ -2,6 +2,8 @@ package rls
 
 import (
 	"bytes"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,21 +82,26 @@ func FuzzTranslate(f *testing.F) {
 			}
 			return
 		}
-		if len(b.slot) != len(req.Descriptors) || len(b.rules) != len(b.reqs) {
-			t.Fatalf("%d slots for %d descriptors, %d rules for %d buckets", len(b.slot), len(req.Descriptors), len(b.rules), len(b.reqs))
+		if b.Len() != len(req.Descriptors) {
+			t.Fatalf("%d descriptors added of %d", b.Len(), len(req.Descriptors))
 		}
-		for _, j := range b.slot {
-			if j < -1 || j >= len(b.reqs) {
-				t.Fatalf("slot %d out of %d buckets", j, len(b.reqs))
+		// One bucket is one request of the batch, whichever descriptors
+		// name it.
+		bucket := map[[2]string]int{}
+		for i := range req.Descriptors {
+			m, ok := b.Matched(i)
+			j := b.Decision(i)
+			if !ok {
+				if j != -1 {
+					t.Fatalf("descriptor %d matched nothing, yet has bucket %d", i, j)
+				}
+				continue
 			}
-		}
-		for j, r := range b.reqs {
-			if r.Cost < 0 || r.Limit != b.rules[j].Limit {
-				t.Fatalf("bucket %d: %+v of rule %+v", j, r, b.rules[j])
+			k := [2]string{m.Rule.Limit, m.BucketID}
+			if first, seen := bucket[k]; seen && first != j || !seen && slices.Contains(slices.Collect(maps.Values(bucket)), j) {
+				t.Fatalf("descriptor %d: bucket %v is request %d, already %v", i, k, j, bucket)
 			}
-			if b.find(r.Limit, r.BucketID) != j {
-				t.Fatalf("bucket %d appears twice: %+v", j, b.reqs)
-			}
+			bucket[k] = j
 		}
 	})
 }

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -117,6 +121,9 @@ type ruleModel struct {
 	// those refused.
 	contested, matched int
 	imports, refused   int
+	// twins counts the requests also sent to forward auth, compared
+	// header for header with ShouldRateLimit's answer.
+	twins, compared int
 }
 
 // ruleGenerator makes random operations from a seed, biased towards
@@ -459,14 +466,29 @@ func (d *ruleDriver) apply(o ruleOp) string {
 		case !exists:
 			d.ids[o.limit] = got.ID
 			d.m.rules = append(d.m.rules, r)
+			// The twin of forward auth: the same pattern in the twin
+			// domain, on a limit of its own, so that its buckets are
+			// spent by forward-auth calls only.
+			tl := l
+			tl.Name = twin(o.limit)
+			if _, _, err := d.e.db.PutLimit(ctx, "test", tl); err != nil {
+				return "creating limit " + tl.Name + ": " + err.Error()
+			}
+			tr, err := d.e.db.CreateRule(ctx, "test", limiter.Rule{Domain: twin(o.domain), Limit: tl.Name, Descriptor: o.entries})
+			if err != nil {
+				return "creating the twin rule: " + err.Error()
+			}
+			d.ids[tl.Name] = tr.ID
 		}
 	case opDeleteRule:
 		i := slices.IndexFunc(d.m.rules, func(r limiter.Rule) bool { return r.Limit == o.limit })
 		if i < 0 {
 			return "" // its creation was dropped, or it failed
 		}
-		if err := d.e.db.DeleteRule(ctx, "test", d.ids[o.limit]); err != nil {
-			return "deleting the rule: " + err.Error()
+		for _, name := range []string{o.limit, twin(o.limit)} {
+			if err := d.e.db.DeleteRule(ctx, "test", d.ids[name]); err != nil {
+				return "deleting the rule of " + name + ": " + err.Error()
+			}
 		}
 		d.m.rules = slices.Delete(d.m.rules, i, i+1)
 	case opDecide:
@@ -570,6 +592,69 @@ func (d *ruleDriver) decide(o ruleOp) string {
 				i, entriesText(t.rule.Descriptor), t.rule.Limit, t.bucket[1], modelBurst-d.m.hits[t.bucket], st.GetLimitRemaining())
 		}
 	}
+	if slices.ContainsFunc(o.hits, func(h *uint64) bool { return h != nil && *h != 1 }) {
+		return "" // forward auth spends 1 a descriptor
+	}
+	return d.forwardAuth(o, spend, res)
+}
+
+// twin names the twin of a limit or domain, which forward auth spends.
+func twin(name string) string { return "T" + name }
+
+// forwardAuth sends the twin of a ShouldRateLimit request to the
+// forward-auth route, each descriptor a d of literals, on the twin rules,
+// whose buckets have had the same spends; its answer must render the
+// same result as the gRPC one: the same RateLimit headers (but for the
+// limits' names), which the model's remaining bounds.
+func (d *ruleDriver) forwardAuth(o ruleOp, spend map[[2]string]uint64, grpcRes *rlsv3.RateLimitResponse) string {
+	q := url.Values{}
+	for _, es := range o.descriptors {
+		var parts []string
+		for _, e := range es {
+			parts = append(parts, e.Key+"="+e.Value)
+		}
+		q.Add("d", strings.Join(parts, ","))
+	}
+	req, err := http.NewRequest(http.MethodGet, d.e.forwardAuth+"/v1/forward-auth/"+twin(o.domain)+"?"+q.Encode(), nil)
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("X-Ratelimit-Authorization", "Bearer "+d.e.admin)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "forward auth: " + err.Error()
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Sprintf("forward auth of the twin request: %d %s", res.StatusCode, body)
+	}
+	d.m.twins++
+	least, same := uint64(math.MaxUint64), true
+	for b, n := range spend {
+		tb := [2]string{twin(b[0]), b[1]}
+		d.m.hits[tb] += n
+		least = min(least, modelBurst-d.m.hits[tb])
+		same = same && d.m.hits[tb] == d.m.hits[b]
+	}
+	if len(spend) > 0 && !strings.Contains(res.Header.Get("Ratelimit"), ";r="+strconv.FormatUint(least, 10)+";") {
+		return fmt.Sprintf("forward auth of the twin request: RateLimit %q, the model's fewest left %d", res.Header.Get("Ratelimit"), least)
+	}
+	if !same {
+		// A request of other hits spent the gRPC buckets alone.
+		return ""
+	}
+	d.m.compared++
+	want := map[string]string{}
+	for _, h := range grpcRes.GetResponseHeadersToAdd() {
+		// The gRPC answer names limit L, the twin TL.
+		want[http.CanonicalHeaderKey(h.GetKey())] = strings.Replace(h.GetValue(), `"`, `"T`, 1)
+	}
+	for _, k := range []string{"Ratelimit", "Ratelimit-Policy", "Retry-After"} {
+		if got := res.Header.Get(k); got != want[k] {
+			return fmt.Sprintf("forward auth of the twin request: %s %q, where ShouldRateLimit's is %q", k, got, want[k])
+		}
+	}
 	return ""
 }
 
@@ -632,11 +717,14 @@ func replayRules(t *testing.T, eng engine, ops []ruleOp) (int, string) {
 }
 
 // TestRulesModel is the model-based test of rule matching through the gRPC
-// front: random rules (exact values, wildcards, free and shared entries)
-// are created and deleted, and random descriptors sent to ShouldRateLimit;
-// every answer's limit and remaining is compared with a model written from
-// docs/envoy.md, which brute-forces the matching rules and picks the most
-// specific. On a mismatch it prints the seed and a shortened sequence.
+// front and forward auth: random rules (exact values, wildcards, free and
+// shared entries) are created and deleted, and random descriptors sent to
+// ShouldRateLimit; every answer's limit and remaining is compared with a
+// model written from docs/envoy.md, which brute-forces the matching rules
+// and picks the most specific. Each rule has a twin in a twin domain on a
+// limit of its own, and each request whose descriptors cost 1 a twin sent
+// to the forward-auth route as d parameters: its RateLimit headers must be
+// ShouldRateLimit's, and agree with the model. On a mismatch it prints the seed and a shortened sequence.
 // RATELIMIT_MODEL_SEED replays one seed.
 func TestRulesModel(t *testing.T) {
 	seeds := []uint64{rand.Uint64(), rand.Uint64(), rand.Uint64()}
@@ -653,8 +741,9 @@ func TestRulesModel(t *testing.T) {
 				g := &ruleGenerator{r: rand.New(rand.NewPCG(seed, seed))}
 				ops, at, msg, m := runRules(t, eng, modelSteps, g.next)
 				if at < 0 {
-					t.Logf("seed %d: %d operations as the model says; %d descriptors matched a rule, %d of them several, %d rules live at the end; %d imports, %d of them refused",
-						seed, len(ops), m.matched, m.contested, len(m.rules), m.imports, m.refused)
+					t.Logf("seed %d: %d operations as the model says; %d descriptors matched a rule, %d of them several, %d rules live at the end; "+
+						"%d imports, %d of them refused; %d requests also through forward auth, %d of them compared header for header",
+						seed, len(ops), m.matched, m.contested, len(m.rules), m.imports, m.refused, m.twins, m.compared)
 					continue
 				}
 				t.Logf("seed %d: operation %d: %s; shrinking", seed, at, msg)

@@ -11,9 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,16 +21,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimitd/ratelimitd/api/descriptor"
+	"github.com/ratelimitd/ratelimitd/api/problem"
 	"github.com/ratelimitd/ratelimitd/limiter"
-	"github.com/ratelimitd/ratelimitd/limiter/bucketid"
-	"github.com/ratelimitd/ratelimitd/limiter/rules"
 )
 
 // Decider answers decisions; *limiter.Limiter is one.
-type Decider interface {
-	Decide(ctx context.Context, op limiter.Op, reqs []limiter.Request, dst []limiter.Decision) (limiter.Result, error)
-	Snapshot() *limiter.Snapshot
-}
+type Decider = descriptor.Decider
 
 // Observer counts what this front end decides into the metrics shared with
 // REST; *telemetry.Front is one.
@@ -65,27 +60,8 @@ func newService(cfg Config) *service {
 
 // batch is the working memory of one request, pooled.
 type batch struct {
+	descriptor.Batch
 	entries []limiter.DescriptorEntry
-	reqs    []limiter.Request
-	// slot[i] is the index in reqs of descriptor i, -1 when it matched no
-	// rule.
-	slot []int
-	// rules[j] is the rule of reqs[j], for naming the entries of a bad
-	// bucket id.
-	rules     []limiter.Rule
-	decisions []limiter.Decision
-	// replaced names the limits that the matched rules replace.
-	replaced []string
-	// moved maps the index of a request before dropReplaced to the one
-	// after, -1 for a request dropped.
-	moved []int
-	// quotaOver[j] is true when reqs[j] is of a quota-mode rule and over
-	// its limit in a request that the other quotas let through; first
-	// holds the decisions that found it, and retry the batch spent
-	// instead.
-	quotaOver []bool
-	first     []limiter.Decision
-	retry     []limiter.Request
 }
 
 // ShouldRateLimit decides a request as one all-or-nothing spend of its
@@ -102,35 +78,25 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	descriptors := req.GetDescriptors()
 	r := newReply(len(descriptors))
-	if unmatched := len(descriptors) - countMatched(b.slot); unmatched > 0 {
+	if unmatched := b.Unmatched(); unmatched > 0 {
 		s.obs.ObserveUnmatched(unmatched)
 	}
-	b.dropReplaced()
-	if len(b.reqs) == 0 {
+	res, err := b.Decide(ctx, s.lim)
+	if err != nil {
+		return nil, statusOf(ctx, err)
+	}
+	if len(res.Decisions) == 0 {
 		return &r.resp, nil
 	}
-	res, err := s.lim.Decide(ctx, limiter.Spend, b.reqs, b.decisions)
-	if err != nil {
-		return nil, b.decideError(ctx, err)
-	}
-	b.decisions = res.Decisions
-	spent := b.reqs
-	if !res.Allowed && !res.Degraded && b.overQuotaOnly(res.Decisions) {
-		if res, err = b.spendWithinQuota(ctx, s.lim); err != nil {
-			return nil, b.decideError(ctx, err)
-		}
-		spent = b.retry
-	}
 	s.obs.ObserveDecisions(limiter.Spend, res)
-	s.obs.ObserveUnits(limiter.Spend, spent, res)
+	s.obs.ObserveUnits(limiter.Spend, b.Spent(), res)
 	if !res.Allowed {
 		r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	for i, j := range b.slot {
-		if j < 0 || res.Degraded {
-			continue
+	for i := range descriptors {
+		if j := b.Decision(i); j >= 0 && !res.Degraded {
+			r.status(i, &res.Decisions[j])
 		}
-		r.status(i, &res.Decisions[j])
 	}
 	if !s.omitHeaders {
 		r.headers(res)
@@ -195,129 +161,25 @@ func (r *reply) status(i int, d *limiter.Decision) {
 	st.DurationUntilReset = &dr.reset
 }
 
-// dropReplaced takes out of the batch the buckets of the limits that a
-// matched rule replaces, as envoyproxy/ratelimit's replaces does: their
-// descriptors are answered OK without a limit, and spend nothing.
-func (b *batch) dropReplaced() {
-	if len(b.replaced) == 0 {
-		return
-	}
-	b.moved = b.moved[:0]
-	kept := 0
-	for j := range b.reqs {
-		if slices.Contains(b.replaced, b.reqs[j].Limit) {
-			b.moved = append(b.moved, -1)
-			continue
-		}
-		b.moved = append(b.moved, kept)
-		b.reqs[kept], b.rules[kept] = b.reqs[j], b.rules[j]
-		kept++
-	}
-	b.reqs, b.rules = b.reqs[:kept], b.rules[:kept]
-	for i, j := range b.slot {
-		if j >= 0 {
-			b.slot[i] = b.moved[j]
-		}
-	}
-}
-
-// overQuotaOnly reports whether a denied batch would pass under
-// envoyproxy/ratelimit's quota_mode: every bucket over its limit (and not
-// a shadow) is of a quota-mode rule, and some descriptor of a quota-mode
-// rule is within its limit. It marks those buckets in quotaOver.
-func (b *batch) overQuotaOnly(ds []limiter.Decision) bool {
-	b.quotaOver = slices.Grow(b.quotaOver[:0], len(ds))[:len(ds)]
-	for j := range ds {
-		over := !ds[j].Allowed && !ds[j].Shadow
-		if over && !b.rules[j].QuotaMode {
-			return false
-		}
-		b.quotaOver[j] = over
-	}
-	for _, j := range b.slot {
-		if j >= 0 && b.rules[j].QuotaMode && !b.quotaOver[j] {
-			return true
-		}
-	}
-	return false
-}
-
-// spendWithinQuota spends the batch again with nothing taken from the
-// buckets in quotaOver, whose decisions stay those of the first spend, so
-// that their statuses say OVER_LIMIT while the request passes. If the
-// second spend is denied (another request emptied a bucket in between),
-// so is the request, and nothing is spent: never OK without a spend.
-func (b *batch) spendWithinQuota(ctx context.Context, lim Decider) (limiter.Result, error) {
-	b.first = append(b.first[:0], b.decisions...)
-	b.retry = append(b.retry[:0], b.reqs...)
-	for j, over := range b.quotaOver {
-		if over {
-			b.retry[j].Cost = 0
-		}
-	}
-	res, err := lim.Decide(ctx, limiter.Spend, b.retry, b.decisions)
-	if err != nil {
-		return res, err
-	}
-	b.decisions = res.Decisions
-	for j, over := range b.quotaOver {
-		if over {
-			res.Decisions[j] = b.first[j]
-		}
-	}
-	return res, nil
-}
-
-func countMatched(slot []int) int {
-	n := 0
-	for _, j := range slot {
-		if j >= 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// Bounds of a request's hits: a cost must fit the limiter's int64.
-const maxHits = math.MaxInt64
-
-// translate turns a request into the batch of the limiter: each descriptor
-// that matches a rule becomes a bucket, and descriptors that map to the
-// same bucket, after canonicalisation, share it, their hits added. Every
-// bad field is an INVALID_ARGUMENT naming the descriptor and entry; the
-// first one found is reported, as a gRPC status carries one message.
+// translate turns a request into the batch of the limiter (package
+// descriptor). Every bad field is an INVALID_ARGUMENT naming the
+// descriptor and entry; the first one found is reported, as a gRPC status
+// carries one message.
 func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) error {
-	b.reqs, b.slot, b.rules, b.replaced = b.reqs[:0], b.slot[:0], b.rules[:0], b.replaced[:0]
-	domain := req.GetDomain()
-	if msg := rules.DescriptorTextProblem(domain); msg != "" {
-		return invalid("domain: " + msg)
+	if err := b.Reset(req.GetDomain()); err != nil {
+		return invalid(err.Error())
 	}
 	descriptors := req.GetDescriptors()
-	if len(descriptors) == 0 || len(descriptors) > limiter.MaxBatch {
-		return invalid("descriptors: must hold 1 to " + strconv.Itoa(limiter.MaxBatch) + " descriptors")
+	if err := descriptor.CheckCount(len(descriptors)); err != nil {
+		return invalid(err.Error())
 	}
 	for i, d := range descriptors {
-		field := "descriptors[" + strconv.Itoa(i) + "]"
-		entries := d.GetEntries()
-		if msg := rules.DescriptorSizeProblem(len(entries)); msg != "" {
-			return invalid(field + ".entries: " + msg)
-		}
 		b.entries = b.entries[:0]
-		for k, e := range entries {
-			if msg := rules.DescriptorTextProblem(e.GetKey()); msg != "" {
-				return invalid(field + ".entries[" + strconv.Itoa(k) + "].key: " + msg)
-			}
-			// A value may be empty, as a header can be; only a rule
-			// without a value for the entry can match it.
-			if v := e.GetValue(); v != "" {
-				if msg := rules.DescriptorTextProblem(v); msg != "" {
-					return invalid(field + ".entries[" + strconv.Itoa(k) + "].value: " + msg)
-				}
-			}
+		for _, e := range d.GetEntries() {
 			b.entries = append(b.entries, limiter.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		if d.GetIsNegativeHits() {
-			return invalid(field + ".is_negative_hits: not supported; ratelimitd refunds over REST")
+			return invalid("descriptors[" + strconv.Itoa(i) + "].is_negative_hits: not supported; ratelimitd refunds over REST")
 		}
 		cost := uint64(1)
 		switch {
@@ -326,117 +188,26 @@ func (b *batch) translate(snap *limiter.Snapshot, req *rlsv3.RateLimitRequest) e
 		case req.GetHitsAddend() > 0:
 			cost = uint64(req.GetHitsAddend())
 		}
-		if cost > maxHits {
-			return invalid(field + ".hits_addend: must be at most " + strconv.FormatUint(maxHits, 10))
+		if err := b.Add(snap, b.entries, cost); err != nil {
+			return invalid(err.Error())
 		}
-		r, ok := snap.Match(domain, b.entries)
-		if !ok {
-			b.slot = append(b.slot, -1)
-			continue
-		}
-		b.replaced = append(b.replaced, r.Replaces...)
-		bucket := canonical(snap, r, rules.BucketID(r, b.entries))
-		j := b.find(r.Limit, bucket)
-		if j < 0 {
-			b.slot = append(b.slot, len(b.reqs))
-			b.reqs = append(b.reqs, limiter.Request{Limit: r.Limit, BucketID: bucket, Cost: int64(cost)})
-			b.rules = append(b.rules, r)
-			continue
-		}
-		// The same bucket twice: one spend of both costs.
-		if int64(cost) > maxHits-b.reqs[j].Cost {
-			return invalid(field + ".hits_addend: the hits of one bucket add up to more than " + strconv.FormatUint(maxHits, 10))
-		}
-		b.reqs[j].Cost += int64(cost)
-		b.slot = append(b.slot, j)
 	}
 	return nil
 }
 
-// canonical returns the canonical form of a bucket id under its rule's
-// limit, so that two notations of one bucket (10.0.0.1 and
-// ::ffff:10.0.0.1) are found to be one and spent once. An id the format
-// refuses, or a limit the snapshot lacks, is returned as it is: the
-// limiter reports it, and describe names the descriptor.
-func canonical(snap *limiter.Snapshot, r limiter.Rule, id string) string {
-	l, ok := snap.Limit(r.Limit)
-	if !ok {
-		return id
-	}
-	if c, err := bucketid.Canonical(l.IDFormat, id); err == nil {
-		return c
-	}
-	return id
-}
-
-// find returns the index of the request of a bucket, -1 when there is
-// none. Batches are small (MaxBatch), so a scan beats a map.
-func (b *batch) find(limit, bucket string) int {
-	for j := range b.reqs {
-		if b.reqs[j].Limit == limit && b.reqs[j].BucketID == bucket {
-			return j
-		}
-	}
-	return -1
-}
-
-// decideError maps an error of the limiter to a status. Field errors name
-// the buckets of the batch; they are renamed after the first descriptor of
-// each and the entries whose values formed its bucket id.
-func (b *batch) decideError(ctx context.Context, err error) error {
-	var ve *limiter.ValidationError
+// statusOf maps an error of the batch or the limiter to a status: a
+// descriptor that cannot be decided is INVALID_ARGUMENT naming it.
+func statusOf(ctx context.Context, err error) error {
+	var de *descriptor.Error
 	switch {
-	case errors.As(err, &ve) && len(ve.Fields) > 0:
-		return invalid(b.describe(ve.Fields[0]))
+	case errors.As(err, &de):
+		return invalid(de.Error())
 	case errors.Is(err, limiter.ErrUnavailable):
 		return status.Error(codes.Unavailable, "the bucket store is unavailable; retry later")
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	return status.Error(codes.Internal, "internal error")
-}
-
-// describe names a field error of bucket j ("buckets[j].bucket_id") by the
-// descriptor and entries it came from.
-func (b *batch) describe(fe limiter.FieldError) string {
-	j, rest, ok := bucketField(fe.Field)
-	if !ok || j >= len(b.reqs) {
-		return fe.Field + ": " + fe.Message
-	}
-	i := 0
-	for i < len(b.slot) && b.slot[i] != j {
-		i++
-	}
-	field := "descriptors[" + strconv.Itoa(i) + "]"
-	r := b.rules[j]
-	switch rest {
-	case ".bucket_id":
-		free := []string{}
-		for k, e := range r.Descriptor {
-			if !rules.Fixed(e) {
-				free = append(free, "entries["+strconv.Itoa(k)+"].value")
-			}
-		}
-		what := field + ".entries"
-		if len(free) == 1 {
-			what = field + "." + free[0]
-		}
-		return what + ": not a bucket id of limit " + strconv.Quote(r.Limit) + " (rule " + r.ID + "): " + fe.Message
-	case "":
-		return field + ": " + fe.Message
-	}
-	return field + ": limit " + strconv.Quote(r.Limit) + " (rule " + r.ID + "): " + fe.Message
-}
-
-// bucketField splits "buckets[3].bucket_id" into 3 and ".bucket_id".
-func bucketField(field string) (int, string, bool) {
-	rest, ok := strings.CutPrefix(field, "buckets[")
-	if !ok {
-		return 0, "", false
-	}
-	num, rest, ok := strings.Cut(rest, "]")
-	j, err := strconv.Atoi(num)
-	return j, rest, ok && err == nil && j >= 0
 }
 
 func invalid(msg string) error { return status.Error(codes.InvalidArgument, msg) }
@@ -508,53 +279,27 @@ func setQuotaLimit(out *rlsv3.RateLimitResponse_RateLimit, d *limiter.Decision) 
 }
 
 // headers sets the RateLimit-Policy, RateLimit and Retry-After headers of
-// the REST answer (draft-ietf-httpapi-ratelimit-headers), for Envoy to add
-// to its response. Their values are written into one string, which they
-// share.
+// the REST answer (problem.AppendRateLimit), for Envoy to add to its
+// response. Their values share one string.
 func (r *reply) headers(res limiter.Result) {
 	var text [256]byte
-	buf := text[:0]
-	var ends [3]int
-	n := 0
-	if i := res.MostRestrictive(limiter.Spend); i >= 0 {
-		d := &res.Decisions[i]
-		// In whole seconds, rounded up; the draft wants a positive window.
-		window := max(1, seconds(d.PolicyWindow()))
-		buf = strconv.AppendQuote(buf, d.Limit)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, d.Params.Burst, 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, window, 10)
-		ends[0] = len(buf)
-		buf = strconv.AppendQuote(buf, d.Limit)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, d.Remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, seconds(d.UntilReset(limiter.Spend)), 10)
-		ends[1] = len(buf)
-		r.header[0].Key, r.header[1].Key = "RateLimit-Policy", "RateLimit"
-		n = 2
-	}
-	if !res.Allowed && res.RetryAfter > 0 {
-		buf = strconv.AppendInt(buf, seconds(res.RetryAfter), 10)
-		ends[n] = len(buf)
-		r.header[n].Key = "Retry-After"
-		n++
-	}
-	if n == 0 {
+	buf, ends := problem.AppendRateLimit(text[:0], limiter.Spend, res)
+	if len(buf) == 0 {
 		return
 	}
 	values := string(buf)
-	start := 0
-	for k := range n {
-		r.header[k].Value = values[start:ends[k]]
-		start = ends[k]
-		r.headerList[k] = &r.header[k]
+	n, start := 0, 0
+	for _, h := range [...]struct {
+		key string
+		end int
+	}{{"RateLimit-Policy", ends.Policy}, {"RateLimit", ends.RateLimit}, {"Retry-After", ends.RetryAfter}} {
+		if h.end == 0 {
+			continue
+		}
+		r.header[n].Key, r.header[n].Value = h.key, values[start:h.end]
+		r.headerList[n] = &r.header[n]
+		start = h.end
+		n++
 	}
 	r.resp.ResponseHeadersToAdd = r.headerList[:n]
-}
-
-// seconds converts a duration into whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }

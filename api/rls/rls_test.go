@@ -135,7 +135,7 @@ func TestShouldRateLimit(t *testing.T) {
 			metrics := gather(t, e)
 			for _, want := range []string{
 				`ratelimitd_decisions_total{frontend="grpc",limit="PerIP",op="spend",result="denied"} 1`,
-				"ratelimitd_grpc_unmatched_descriptors_total 1",
+				`ratelimitd_unmatched_descriptors_total{frontend="grpc"} 1`,
 			} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("no %s in\n%s", want, metrics)

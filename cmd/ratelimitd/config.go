@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 )
 
@@ -65,6 +67,7 @@ var settings = []setting{
 	{env: "RATELIMIT_GRPC_RESPONSE_HEADERS", flag: "grpc-response-headers", def: "on", usage: "on: the RateLimit, RateLimit-Policy and Retry-After headers in response_headers_to_add; off: none, as envoyproxy/ratelimit unless asked"},
 	{env: "RATELIMIT_GRPC_TLS_CERT", flag: "grpc-tls-cert", def: "", usage: "PEM certificate file of the gRPC listener; with the key, it serves TLS"},
 	{env: "RATELIMIT_GRPC_TLS_KEY", flag: "grpc-tls-key", def: "", usage: "PEM private key file of the gRPC listener"},
+	{env: "RATELIMIT_TRUSTED_PROXIES", flag: "trusted-proxies", def: "127.0.0.0/8, ::1", usage: "CIDRs or addresses of the proxies whose X-Forwarded-For and X-Real-IP are believed (forward auth); empty trusts none", emptyOff: true},
 	{env: "RATELIMIT_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long in-flight requests may take to finish on SIGTERM"},
 }
 
@@ -93,6 +96,9 @@ type config struct {
 	// GRPCResponseHeaders is false for RATELIMIT_GRPC_RESPONSE_HEADERS=off.
 	GRPCResponseHeaders     bool
 	GRPCTLSCert, GRPCTLSKey string
+	// TrustedProxies are the proxies whose forwarding headers are
+	// believed; empty trusts none.
+	TrustedProxies []netip.Prefix
 
 	// raw holds every value as given, for logging.
 	raw map[string]string
@@ -188,6 +194,9 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (*c
 	case "off":
 	default:
 		bad("RATELIMIT_GRPC_RESPONSE_HEADERS", "want on or off, got %q", raw["RATELIMIT_GRPC_RESPONSE_HEADERS"])
+	}
+	if c.TrustedProxies, err = clientip.ParsePrefixes(raw["RATELIMIT_TRUSTED_PROXIES"]); err != nil {
+		bad("RATELIMIT_TRUSTED_PROXIES", "%v", err)
 	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		bad("RATELIMIT_GRPC_TLS_CERT", "give both a certificate and a key (RATELIMIT_GRPC_TLS_KEY), or neither")

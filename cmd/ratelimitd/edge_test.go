@@ -45,6 +45,10 @@ func TestEdgeOfEveryRoute(t *testing.T) {
 		for method := range item.Operations() {
 			for proto, c := range clients {
 				status, ct, p, id := send(t, c, method, s.url+param.ReplaceAllString(path, "x"), body, 70<<10)
+				if method == http.MethodHead && id != "" {
+					// The answer to a HEAD has no body.
+					p = problemBody{Status: status, RequestID: id}
+				}
 				if status != http.StatusRequestHeaderFieldsTooLarge || ct != "application/problem+json" || p.Status != status || p.RequestID == "" || p.RequestID != id {
 					t.Errorf("%s %s over %s: %d %q %+v, request id %q; want a 431 problem with its request id", method, path, proto, status, ct, p, id)
 				}

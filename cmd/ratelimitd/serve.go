@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +23,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/api/decide"
 	"github.com/ratelimitd/ratelimitd/api/edge"
+	"github.com/ratelimitd/ratelimitd/api/forwardauth"
 	"github.com/ratelimitd/ratelimitd/api/rls"
 	"github.com/ratelimitd/ratelimitd/auth"
+	"github.com/ratelimitd/ratelimitd/client/clientip"
 	"github.com/ratelimitd/ratelimitd/db"
 	"github.com/ratelimitd/ratelimitd/internal/telemetry"
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -110,10 +113,12 @@ func serveOn(ctx context.Context, inv *invocation) error {
 		StoreName: storeName, DatabaseName: d.Engine(), FailOpen: cfg.FailOpen, Logger: log, Now: now,
 	})
 	buckets := decide.New(decide.Config{Limiter: lim, Auth: keeper, Observer: httpFront, Now: now})
+	gateways := forwardauth.New(forwardauth.Config{Limiter: lim, Auth: keeper, Observer: tel.Front("forward_auth"),
+		Clients: clientip.New(cfg.TrustedProxies), Now: now})
 	hs := &http.Server{
 		// Every route of every HTTP front is registered with the edge.
 		Handler: edge.New(edge.Config{Observer: httpFront, Logger: log, Trace: traces.HTTP},
-			append(buckets.Routes(), srv.Routes()...)...),
+			slices.Concat(buckets.Routes(), gateways.Routes(), srv.Routes())...),
 		MaxHeaderBytes:    edge.ServerHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

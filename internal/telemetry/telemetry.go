@@ -69,7 +69,7 @@ type Telemetry struct {
 	leasesTotal    *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	storeDuration  *prometheus.HistogramVec
-	unmatched      prometheus.Counter
+	unmatched      *prometheus.CounterVec
 	handler        http.Handler
 	// codes are the status codes as label values, made once.
 	codes [600]string
@@ -166,7 +166,7 @@ func New(cfg Config) *Telemetry {
 			Name: "ratelimitd_decisions_total",
 			Help: "Bucket decisions by operation, limit, result and front end: allowed, near_limit (allowed with at least 80% of the burst used), " +
 				"denied, shadow_denied (denied by a shadow limit, which lets the request through) or degraded (allowed while the store " +
-				"failed). For refunds, allowed means tokens were given back; for settles, that the settle was applied (all but blocked buckets). The front end is http (REST) or grpc (Envoy's ShouldRateLimit).",
+				"failed). For refunds, allowed means tokens were given back; for settles, that the settle was applied (all but blocked buckets). The front end is http (REST), grpc (Envoy's ShouldRateLimit) or forward_auth (the gateways' forward auth).",
 		}, []string{"op", "limit", "result", "frontend"})),
 		// The unit is a label here, and not on the decisions, because
 		// tokens of different units must never be summed: a dashboard
@@ -204,10 +204,10 @@ func New(cfg Config) *Telemetry {
 			Help:    "Latency of the bucket store's calls for decisions, by operation and result (ok or error); a timed-out call counts as an error at its timeout.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"op", "result"})),
-		unmatched: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimitd_grpc_unmatched_descriptors_total",
-			Help: "Descriptors of ShouldRateLimit requests that matched no rule, and so were answered OK without a bucket.",
-		})),
+		unmatched: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_unmatched_descriptors_total",
+			Help: "Descriptors that matched no rule, and so were answered OK without a bucket, by front end: grpc (ShouldRateLimit) or forward_auth.",
+		}, []string{"frontend"})),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
 	for i := range t.codes {
@@ -338,7 +338,8 @@ func (t *Telemetry) ObserveStore(op limiter.Op, took time.Duration, err error) {
 }
 
 // Front returns the observer of one front end, whose decisions are counted
-// under its name ("http" for REST, "grpc" for Envoy's ShouldRateLimit), so
+// under its name ("http" for REST, "grpc" for Envoy's ShouldRateLimit,
+// "forward_auth" for the gateways), so
 // that one series per limit and result shows both.
 func (t *Telemetry) Front(name string) *Front { return &Front{Telemetry: t, name: name} }
 
@@ -437,9 +438,8 @@ func (t *Telemetry) ObserveLease(limit string, e limiter.LeaseEvent, n int64) {
 	}
 }
 
-// ObserveUnmatched counts descriptors of ShouldRateLimit requests that
-// matched no rule.
-func (f *Front) ObserveUnmatched(n int) { f.unmatched.Add(float64(n)) }
+// ObserveUnmatched counts descriptors that matched no rule.
+func (f *Front) ObserveUnmatched(n int) { f.unmatched.WithLabelValues(f.name).Add(float64(n)) }
 
 // resultOf is the result a decision is counted by. Near the limit means,
 // as in Envoy's ratelimit, that at least 80% of the burst is used.

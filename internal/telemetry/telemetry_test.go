@@ -50,7 +50,7 @@ func TestFrontsCountIntoOneSeriesByFrontend(t *testing.T) {
 		`ratelimitd_decisions_total{frontend="grpc",limit="B",op="spend",result="denied"} 1`,
 		`ratelimitd_decisions_total{frontend="grpc",limit="S",op="spend",result="shadow_denied"} 1`,
 		`ratelimitd_decisions_total{frontend="grpc",limit="A",op="spend",result="degraded"} 1`,
-		`ratelimitd_grpc_unmatched_descriptors_total 3`,
+		`ratelimitd_unmatched_descriptors_total{frontend="grpc"} 3`,
 	)
 }
 
@@ -109,7 +109,7 @@ func TestTwoTelemetriesShareARegistry(t *testing.T) {
 	a, b := New(Config{Registry: reg}), New(Config{Registry: reg})
 	a.Front("grpc").ObserveUnmatched(1)
 	b.Front("grpc").ObserveUnmatched(1)
-	wantLines(t, scrape(t, a), `ratelimitd_grpc_unmatched_descriptors_total 2`)
+	wantLines(t, scrape(t, a), `ratelimitd_unmatched_descriptors_total{frontend="grpc"} 2`)
 }
 
 func TestStoreDuration(t *testing.T) {

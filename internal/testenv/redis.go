@@ -363,6 +363,19 @@ func (s *server) stop() {
 	_ = s.cmd.Wait()
 }
 
+// FreePort returns a loopback port that was free a moment ago, for a
+// process the test starts. Another process can take it before that one
+// binds it, so the caller tries again on a fresh port when its process
+// finds the address in use.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	return ports[0]
+}
+
 // freePorts returns n distinct loopback ports that were free a moment ago;
 // the listeners stay open until all are chosen so that none repeats.
 func freePorts(n int) ([]int, error) {

@@ -14,6 +14,7 @@ import {
 } from './format.js';
 import * as limits from './limits.js';
 import * as overrides from './overrides.js';
+import * as tryRequest from './tryrequest.js';
 
 // The token lives in sessionStorage: it survives a reload of the tab and
 // is gone when the tab closes. It is never put in a URL or a cookie.
@@ -22,7 +23,7 @@ const TOKEN_KEY = 'ratelimitd.admin.token';
 // session is what the page knows after sign-in. leftOut holds the reason
 // of each stored row this replica left out of force (GET /v1/status), by
 // leftOutKey.
-const session = { client: null, me: null, limits: [], leftOut: new Map() };
+const session = { client: null, me: null, limits: [], rules: [], leftOut: new Map() };
 
 // Whether a scope may change overrides, as the API documents it; every
 // scope may look buckets up. Only admins change limits.
@@ -72,9 +73,10 @@ async function signIn(token) {
 
 function signOut(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
-  Object.assign(session, { client: null, me: null, limits: [], leftOut: new Map() });
+  Object.assign(session, { client: null, me: null, limits: [], rules: [], leftOut: new Map() });
   for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
   overrides.stop();
+  tryRequest.clear();
   clearLookup();
   $('#lookup-form').reset();
   showLookupBy('bucket');
@@ -144,6 +146,7 @@ async function loadRules() {
     fill(row, 'left-out', notInForce(session.leftOut, 'rule', r.id) ?? '');
     return row;
   });
+  session.rules = rules;
   $('#rules-table tbody').replaceChildren(...rows);
   $('#rules-empty').hidden = rows.length > 0;
 }
@@ -366,6 +369,7 @@ function init() {
   initDialogs();
   limits.init({ session, reloadLimits: loadLimits });
   overrides.init({ session, lookUp: lookUpFromCard, reloadLimits: loadLimits });
+  tryRequest.init({ session, rules: () => session.rules });
 
   $('#token-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
