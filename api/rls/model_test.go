@@ -505,38 +505,47 @@ func (d *ruleDriver) apply(o ruleOp) string {
 }
 
 // importFile imports o's file through the importer that the REST API
-// and the command line share, and checks that it is refused exactly when
-// the model says so.
+// and the command line share, and its twin (twin domain, twin limits),
+// and checks that each is refused exactly when the model says so.
 func (d *ruleDriver) importFile(o ruleOp) string {
 	ctx := context.Background()
-	_, errs, err := limitfile.ImportEnvoy(ctx, d.e.db, "test", []byte(envoyDoc(o)), limitfile.ImportOptions{Merge: o.merge})
-	if err != nil {
-		return "import: " + err.Error()
-	}
 	refused := d.m.importRefused(o)
 	d.m.imports++
 	if refused != "" {
 		d.m.refused++
 	}
-	switch {
-	case refused != "" && len(errs) == 0:
-		return "the import was written, though " + refused
-	case refused == "" && len(errs) > 0:
-		return fmt.Sprintf("the import was refused: %v", errs)
-	case refused != "":
+	tw := o
+	tw.domain, tw.imported = twin(o.domain), slices.Clone(o.imported)
+	for i := range tw.imported {
+		tw.imported[i].Domain, tw.imported[i].Limit = tw.domain, twin(tw.imported[i].Limit)
+	}
+	for _, op := range []ruleOp{o, tw} {
+		_, errs, err := limitfile.ImportEnvoy(ctx, d.e.db, "test", []byte(envoyDoc(op)), limitfile.ImportOptions{Merge: op.merge})
+		switch {
+		case err != nil:
+			return "import: " + err.Error()
+		case refused != "" && len(errs) == 0:
+			return "the import of " + op.domain + " was written, though " + refused
+		case refused == "" && len(errs) > 0:
+			return fmt.Sprintf("the import of %s was refused: %v", op.domain, errs)
+		case refused != "":
+			continue
+		}
+		stored, err := d.e.db.ListRules(ctx, op.domain)
+		if err != nil {
+			return "listing the rules: " + err.Error()
+		}
+		for _, r := range stored {
+			d.ids[r.Limit] = r.ID
+		}
+	}
+	if refused != "" {
 		return ""
 	}
 	if !o.merge {
 		d.m.rules = slices.DeleteFunc(d.m.rules, func(r limiter.Rule) bool { return r.Domain == o.domain })
 	}
 	d.m.rules = append(d.m.rules, o.imported...)
-	stored, err := d.e.db.ListRules(ctx, o.domain)
-	if err != nil {
-		return "listing the rules: " + err.Error()
-	}
-	for _, r := range stored {
-		d.ids[r.Limit] = r.ID
-	}
 	return ""
 }
 
