@@ -47,8 +47,8 @@ func leftKey(entity, id string) string { return entity + "\x00" + id }
 // that it holds the row. A dependent row (an override or a rule) that
 // failed because its limit is not in the snapshot is recorded only when
 // that limit is left out itself: otherwise the limit is simply not there
-// yet (a full load reads rules after the limits), and the row no error
-// of its own.
+// yet (a full load reads rules after the limits), and the row has no
+// error of its own.
 func (b *Builder) leave(entity, id, limit string, err error) {
 	key := leftKey(entity, id)
 	if err == nil {
