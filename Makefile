@@ -66,7 +66,7 @@ soak:
 # to be committed with their fix; the model-based test prints its seed.
 FUZZTIME ?= 1m
 FUZZERS = ./limiter/bucketid:FuzzCanonical ./limiter:FuzzGCRA ./limitfile:FuzzParse ./limitfile:FuzzRoundTrip ./api/rls:FuzzTranslate \
-	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzDecisionJSON \
+	./api:FuzzDecisionHandlers ./api:FuzzAdminDecoder ./api/decide:FuzzDecisionDecoder ./api/decide:FuzzManyDecoder ./api/decide:FuzzDecisionJSON \
 	./api/forwardauth:FuzzCall
 fuzz:
 	@for f in $(FUZZERS); do \
@@ -74,6 +74,7 @@ fuzz:
 		echo "== $$name ($$pkg)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
+	$(GO) -C client test ./ratelimit -run '^$$' -fuzz '^FuzzDecodeAnswer$$' -fuzztime $(FUZZTIME)
 	RATELIMIT_MODEL_DURATION=$(FUZZTIME) $(GO) test ./cmd/ratelimitd -run '^TestModel$$' -count=1 -timeout 0 -v
 
 # Regenerates the Go client from openapi.yaml with the root module's

@@ -82,8 +82,8 @@ var importRules = []importRule{
 		why: "telemetry is wired by cmd into the front ends, and knows none of them"},
 	{pkg: "./...", forbid: []string{"./api/..."}, except: []string{"./api/...", "./cmd/..."},
 		why: "only cmd wires the API to the concrete types"},
-	{pkg: "./...", forbid: []string{"./limiter/storetest", "./internal/testenv"},
-		except: []string{"./limiter/storetest", "./internal/testenv"},
+	{pkg: "./...", forbid: []string{"./limiter/storetest", "./internal/testenv", "./client/internal/fakeratelimitd"},
+		except: []string{"./limiter/storetest", "./internal/testenv", "./client/internal/fakeratelimitd"},
 		why:    "test helpers are imported by _test.go files only"},
 }
 

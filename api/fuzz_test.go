@@ -10,9 +10,10 @@ import (
 )
 
 // FuzzDecisionHandlers sends arbitrary bodies to the decision, lease,
-// override, limit, reset and token routes of a whole service: no answer
-// may be a 5xx (a panic is one), every answer must match openapi.yaml, and
-// an error never carries a decision.
+// bulk, override, limit, reset and token routes of a whole service: no
+// answer may be a 5xx (a panic is one), nor any request of /v1/decisions,
+// every answer must match openapi.yaml, and an error never carries a
+// decision.
 func FuzzDecisionHandlers(f *testing.F) {
 	e := newEnv(f)
 	e.leaseLimit("Calls", 3, "30s")
@@ -36,6 +37,7 @@ func FuzzDecisionHandlers(f *testing.F) {
 		{"POST", "/v1/acquire"},
 		{"POST", "/v1/release"},
 		{"POST", "/v1/renew"},
+		{"POST", "/v1/decisions"},
 	}
 	lease := limiter.NewLeaseID()
 	seeds := []string{
@@ -61,6 +63,9 @@ func FuzzDecisionHandlers(f *testing.F) {
 		`{"limit":"Calls","bucket_id":"b","burst":1,"period":"24h"}`,
 		`{"lease_id":"` + lease + `"}`,
 		`{"lease_id":"` + lease + `","ttl_ms":99999999999999999999}`,
+		`{"requests":[{"op":"spend","buckets":[{"limit":"PerAccount","bucket_id":"1"}]},{"buckets":[{"limit":"Calls","bucket_id":"a"}],"op":"check"}]}`,
+		`{"requests":[{"op":"settle","buckets":[{"limit":"Daily","bucket_id":"a","reserved":1,"actual":3}]},{"op":"acquire","buckets":[{"limit":"Calls","bucket_id":"a"}],"ttl_ms":5}]}`,
+		`{"requests":[{"op":"renew","lease_id":"` + lease + `"},{"op":"release","lease_id":"x"},{"op":"frob"},5]}`,
 		`[]`, `null`, `{`, ``, `{"buckets":[{}]}`,
 	}
 	for i, s := range seeds {
@@ -78,6 +83,10 @@ func FuzzDecisionHandlers(f *testing.F) {
 			t.Fatalf("%s %s %q: %d %s", route.method, route.path, body, res.status, res.body)
 		}
 		if res.status < 300 {
+			// Nor may a request of /v1/decisions be a 5xx.
+			if strings.Contains(string(res.body), `"status":5`) {
+				t.Fatalf("%s %q: %s", route.path, body, res.body)
+			}
 			return
 		}
 		p := res.problem(t)

@@ -434,6 +434,22 @@ func testHostileLeaseBodies(t *testing.T, e *env) {
 			}
 		})
 	}
+	// The errors the Limiter finds come in body order too: the bucket's
+	// before its cost's.
+	for body, want := range map[string]string{
+		`{"buckets":[{"limit":"Nope","bucket_id":"d","cost":0}]}`:                                    "buckets[0].limit buckets[0].cost",
+		`{"buckets":[{"limit":"PerAccount","bucket_id":"1","cost":0}]}`:                              "buckets[0].limit buckets[0].cost",
+		`{"buckets":[{"limit":"Calls","bucket_id":"d"},{"limit":"Calls","bucket_id":"d","cost":0}]}`: "buckets[1] buckets[1].cost",
+	} {
+		p := e.do("POST", "/v1/acquire", e.admin, body).expect(t, 422).problem(t)
+		var got []string
+		for _, f := range p.Errors {
+			got = append(got, f.Field)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: errors %+v, want %s", body, p.Errors, want)
+		}
+	}
 	// Nothing was held or freed: the one lease still holds its unit.
 	if r, _ := e.decided("check", e.admin, bucket("Calls", "d", 0)); held(t, r.Decisions[0]) != 1 {
 		t.Errorf("held %+v", r.Decisions[0])

@@ -48,6 +48,7 @@ var protected = []struct {
 	{"POST", "/v1/acquire", []auth.Scope{auth.Decide}},
 	{"POST", "/v1/release", []auth.Scope{auth.Decide}},
 	{"POST", "/v1/renew", []auth.Scope{auth.Decide}},
+	{"POST", "/v1/decisions", []auth.Scope{auth.Decide}},
 }
 
 // TestScopes sends every protected route no token, an unknown one, a

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -84,6 +85,111 @@ func (e DecisionSource) Valid() bool {
 	case DecisionSourceOverride:
 		return true
 	case DecisionSourceUnlimited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsAcquireOp.
+const (
+	DecisionsAcquireOpAcquire DecisionsAcquireOp = "acquire"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsAcquireOp enum.
+func (e DecisionsAcquireOp) Valid() bool {
+	switch e {
+	case DecisionsAcquireOpAcquire:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsCheckOp.
+const (
+	DecisionsCheckOpCheck DecisionsCheckOp = "check"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsCheckOp enum.
+func (e DecisionsCheckOp) Valid() bool {
+	switch e {
+	case DecisionsCheckOpCheck:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsRefundOp.
+const (
+	DecisionsRefundOpRefund DecisionsRefundOp = "refund"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsRefundOp enum.
+func (e DecisionsRefundOp) Valid() bool {
+	switch e {
+	case DecisionsRefundOpRefund:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsReleaseOp.
+const (
+	DecisionsReleaseOpRelease DecisionsReleaseOp = "release"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsReleaseOp enum.
+func (e DecisionsReleaseOp) Valid() bool {
+	switch e {
+	case DecisionsReleaseOpRelease:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsRenewOp.
+const (
+	DecisionsRenewOpRenew DecisionsRenewOp = "renew"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsRenewOp enum.
+func (e DecisionsRenewOp) Valid() bool {
+	switch e {
+	case DecisionsRenewOpRenew:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsSettleOp.
+const (
+	DecisionsSettleOpSettle DecisionsSettleOp = "settle"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsSettleOp enum.
+func (e DecisionsSettleOp) Valid() bool {
+	switch e {
+	case DecisionsSettleOpSettle:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionsSpendOp.
+const (
+	DecisionsSpendOpSpend DecisionsSpendOp = "spend"
+)
+
+// Valid indicates whether the value is a known member of the DecisionsSpendOp enum.
+func (e DecisionsSpendOp) Valid() bool {
+	switch e {
+	case DecisionsSpendOpSpend:
 		return true
 	default:
 		return false
@@ -457,10 +563,13 @@ type DecisionReason string
 // DecisionSource defines model for Decision.Source.
 type DecisionSource string
 
+// DecisionBuckets The same limit and canonical bucket id twice is 422.
+type DecisionBuckets = []BucketRequest
+
 // DecisionRequest defines model for DecisionRequest.
 type DecisionRequest struct {
 	// Buckets The same limit and canonical bucket id twice is 422.
-	Buckets []BucketRequest `json:"buckets"`
+	Buckets DecisionBuckets `json:"buckets"`
 }
 
 // DecisionResult defines model for DecisionResult.
@@ -483,6 +592,114 @@ type DecisionResult struct {
 	// RetryAfterMs 0 when allowed; -1 when a denied bucket can never succeed; else the longest retry-after of the denied buckets.
 	RetryAfterMs int64 `json:"retry_after_ms"`
 }
+
+// DecisionsAcquire The body of `/v1/acquire`, with its `op`.
+type DecisionsAcquire struct {
+	// Buckets Buckets of concurrency limits; the same limit and canonical bucket id twice is 422.
+	Buckets []LeaseBucket      `json:"buckets"`
+	Op      DecisionsAcquireOp `json:"op"`
+
+	// TTLMs As on `/v1/acquire`; the shortest period of the buckets' limits when left out.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// DecisionsAcquireOp defines model for DecisionsAcquire.Op.
+type DecisionsAcquireOp string
+
+// DecisionsCheck The body of `/v1/check`, with its `op`.
+type DecisionsCheck struct {
+	// Buckets The same limit and canonical bucket id twice is 422.
+	Buckets DecisionBuckets  `json:"buckets"`
+	Op      DecisionsCheckOp `json:"op"`
+}
+
+// DecisionsCheckOp defines model for DecisionsCheck.Op.
+type DecisionsCheckOp string
+
+// DecisionsItem One request of `/v1/decisions`, the body of the route its `op` names.
+type DecisionsItem struct {
+	union json.RawMessage
+}
+
+// DecisionsProblem The problem the request's route would have answered, with its `status`, its field names as on that route, and the whole call's `request_id`.
+type DecisionsProblem struct {
+	Problem Problem `json:"problem"`
+}
+
+// DecisionsRefund The body of `/v1/refund`, with its `op`.
+type DecisionsRefund struct {
+	// Buckets The same limit and canonical bucket id twice is 422.
+	Buckets DecisionBuckets   `json:"buckets"`
+	Op      DecisionsRefundOp `json:"op"`
+}
+
+// DecisionsRefundOp defines model for DecisionsRefund.Op.
+type DecisionsRefundOp string
+
+// DecisionsRelease The body of `/v1/release`, with its `op`.
+type DecisionsRelease struct {
+	// LeaseID The lease's id, as acquire gave it.
+	LeaseID string             `json:"lease_id"`
+	Op      DecisionsReleaseOp `json:"op"`
+}
+
+// DecisionsReleaseOp defines model for DecisionsRelease.Op.
+type DecisionsReleaseOp string
+
+// DecisionsRenew The body of `/v1/renew`, with its `op`.
+type DecisionsRenew struct {
+	// LeaseID The lease's id, as acquire gave it.
+	LeaseID string           `json:"lease_id"`
+	Op      DecisionsRenewOp `json:"op"`
+
+	// TTLMs As on `/v1/renew`; the shortest period of the lease's limits when left out.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// DecisionsRenewOp defines model for DecisionsRenew.Op.
+type DecisionsRenewOp string
+
+// DecisionsRequest defines model for DecisionsRequest.
+type DecisionsRequest struct {
+	Requests []DecisionsItem `json:"requests"`
+}
+
+// DecisionsResult defines model for DecisionsResult.
+type DecisionsResult struct {
+	// Results One per request, in request order.
+	Results []DecisionsResultItem `json:"results"`
+}
+
+// DecisionsResultItem What the request's route would have answered: for `check`, `spend`,
+// `refund` and `settle` a DecisionResult, for `acquire` an
+// AcquireResult, for `release` a ReleaseResult, for `renew` a
+// RenewResult; or, where the route would have answered a problem, a
+// DecisionsProblem. A client knows which from the request's `op`, and
+// tells a problem by its one member `problem`. (anyOf, not oneOf: an
+// AcquireResult is also a DecisionResult with one more member.)
+type DecisionsResultItem struct {
+	union json.RawMessage
+}
+
+// DecisionsSettle The body of `/v1/settle`, with its `op`; what the request really cost is `actual`, as on that route.
+type DecisionsSettle struct {
+	// Buckets The same limit and canonical bucket id twice is 422.
+	Buckets []SettleBucket    `json:"buckets"`
+	Op      DecisionsSettleOp `json:"op"`
+}
+
+// DecisionsSettleOp defines model for DecisionsSettle.Op.
+type DecisionsSettleOp string
+
+// DecisionsSpend The body of `/v1/spend`, with its `op`.
+type DecisionsSpend struct {
+	// Buckets The same limit and canonical bucket id twice is 422.
+	Buckets DecisionBuckets  `json:"buckets"`
+	Op      DecisionsSpendOp `json:"op"`
+}
+
+// DecisionsSpendOp defines model for DecisionsSpend.Op.
+type DecisionsSpendOp string
 
 // DescriptorEntry defines model for DescriptorEntry.
 type DescriptorEntry struct {
@@ -1619,6 +1836,9 @@ type ResetBucketsJSONRequestBody = ResetRequest
 // CheckJSONRequestBody defines body for Check for application/json ContentType.
 type CheckJSONRequestBody = DecisionRequest
 
+// DecideManyJSONRequestBody defines body for DecideMany for application/json ContentType.
+type DecideManyJSONRequestBody = DecisionsRequest
+
 // MatchForwardAuthJSONRequestBody defines body for MatchForwardAuth for application/json ContentType.
 type MatchForwardAuthJSONRequestBody = ForwardAuthCall
 
@@ -1663,6 +1883,427 @@ type SpendJSONRequestBody = DecisionRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenCreate
+
+// AsDecisionsCheck returns the union data inside the DecisionsItem as a DecisionsCheck
+func (t DecisionsItem) AsDecisionsCheck() (DecisionsCheck, error) {
+	var body DecisionsCheck
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsCheck overwrites any union data inside the DecisionsItem as the provided DecisionsCheck
+func (t *DecisionsItem) FromDecisionsCheck(v DecisionsCheck) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"check"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsCheck performs a merge with any union data inside the DecisionsItem, using the provided DecisionsCheck
+func (t *DecisionsItem) MergeDecisionsCheck(v DecisionsCheck) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"check"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsSpend returns the union data inside the DecisionsItem as a DecisionsSpend
+func (t DecisionsItem) AsDecisionsSpend() (DecisionsSpend, error) {
+	var body DecisionsSpend
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsSpend overwrites any union data inside the DecisionsItem as the provided DecisionsSpend
+func (t *DecisionsItem) FromDecisionsSpend(v DecisionsSpend) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"spend"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsSpend performs a merge with any union data inside the DecisionsItem, using the provided DecisionsSpend
+func (t *DecisionsItem) MergeDecisionsSpend(v DecisionsSpend) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"spend"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsRefund returns the union data inside the DecisionsItem as a DecisionsRefund
+func (t DecisionsItem) AsDecisionsRefund() (DecisionsRefund, error) {
+	var body DecisionsRefund
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsRefund overwrites any union data inside the DecisionsItem as the provided DecisionsRefund
+func (t *DecisionsItem) FromDecisionsRefund(v DecisionsRefund) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"refund"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsRefund performs a merge with any union data inside the DecisionsItem, using the provided DecisionsRefund
+func (t *DecisionsItem) MergeDecisionsRefund(v DecisionsRefund) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"refund"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsSettle returns the union data inside the DecisionsItem as a DecisionsSettle
+func (t DecisionsItem) AsDecisionsSettle() (DecisionsSettle, error) {
+	var body DecisionsSettle
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsSettle overwrites any union data inside the DecisionsItem as the provided DecisionsSettle
+func (t *DecisionsItem) FromDecisionsSettle(v DecisionsSettle) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"settle"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsSettle performs a merge with any union data inside the DecisionsItem, using the provided DecisionsSettle
+func (t *DecisionsItem) MergeDecisionsSettle(v DecisionsSettle) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"settle"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsAcquire returns the union data inside the DecisionsItem as a DecisionsAcquire
+func (t DecisionsItem) AsDecisionsAcquire() (DecisionsAcquire, error) {
+	var body DecisionsAcquire
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsAcquire overwrites any union data inside the DecisionsItem as the provided DecisionsAcquire
+func (t *DecisionsItem) FromDecisionsAcquire(v DecisionsAcquire) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"acquire"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsAcquire performs a merge with any union data inside the DecisionsItem, using the provided DecisionsAcquire
+func (t *DecisionsItem) MergeDecisionsAcquire(v DecisionsAcquire) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"acquire"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsRelease returns the union data inside the DecisionsItem as a DecisionsRelease
+func (t DecisionsItem) AsDecisionsRelease() (DecisionsRelease, error) {
+	var body DecisionsRelease
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsRelease overwrites any union data inside the DecisionsItem as the provided DecisionsRelease
+func (t *DecisionsItem) FromDecisionsRelease(v DecisionsRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"release"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsRelease performs a merge with any union data inside the DecisionsItem, using the provided DecisionsRelease
+func (t *DecisionsItem) MergeDecisionsRelease(v DecisionsRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"release"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsRenew returns the union data inside the DecisionsItem as a DecisionsRenew
+func (t DecisionsItem) AsDecisionsRenew() (DecisionsRenew, error) {
+	var body DecisionsRenew
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsRenew overwrites any union data inside the DecisionsItem as the provided DecisionsRenew
+func (t *DecisionsItem) FromDecisionsRenew(v DecisionsRenew) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"renew"}`))
+	t.union = b
+	return err
+}
+
+// MergeDecisionsRenew performs a merge with any union data inside the DecisionsItem, using the provided DecisionsRenew
+func (t *DecisionsItem) MergeDecisionsRenew(v DecisionsRenew) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"op":"renew"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t DecisionsItem) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"op"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t DecisionsItem) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "acquire":
+		return t.AsDecisionsAcquire()
+	case "check":
+		return t.AsDecisionsCheck()
+	case "refund":
+		return t.AsDecisionsRefund()
+	case "release":
+		return t.AsDecisionsRelease()
+	case "renew":
+		return t.AsDecisionsRenew()
+	case "settle":
+		return t.AsDecisionsSettle()
+	case "spend":
+		return t.AsDecisionsSpend()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t DecisionsItem) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *DecisionsItem) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsDecisionResult returns the union data inside the DecisionsResultItem as a DecisionResult
+func (t DecisionsResultItem) AsDecisionResult() (DecisionResult, error) {
+	var body DecisionResult
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionResult overwrites any union data inside the DecisionsResultItem as the provided DecisionResult
+func (t *DecisionsResultItem) FromDecisionResult(v DecisionResult) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDecisionResult performs a merge with any union data inside the DecisionsResultItem, using the provided DecisionResult
+func (t *DecisionsResultItem) MergeDecisionResult(v DecisionResult) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsAcquireResult returns the union data inside the DecisionsResultItem as a AcquireResult
+func (t DecisionsResultItem) AsAcquireResult() (AcquireResult, error) {
+	var body AcquireResult
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromAcquireResult overwrites any union data inside the DecisionsResultItem as the provided AcquireResult
+func (t *DecisionsResultItem) FromAcquireResult(v AcquireResult) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeAcquireResult performs a merge with any union data inside the DecisionsResultItem, using the provided AcquireResult
+func (t *DecisionsResultItem) MergeAcquireResult(v AcquireResult) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsReleaseResult returns the union data inside the DecisionsResultItem as a ReleaseResult
+func (t DecisionsResultItem) AsReleaseResult() (ReleaseResult, error) {
+	var body ReleaseResult
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromReleaseResult overwrites any union data inside the DecisionsResultItem as the provided ReleaseResult
+func (t *DecisionsResultItem) FromReleaseResult(v ReleaseResult) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeReleaseResult performs a merge with any union data inside the DecisionsResultItem, using the provided ReleaseResult
+func (t *DecisionsResultItem) MergeReleaseResult(v ReleaseResult) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsRenewResult returns the union data inside the DecisionsResultItem as a RenewResult
+func (t DecisionsResultItem) AsRenewResult() (RenewResult, error) {
+	var body RenewResult
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRenewResult overwrites any union data inside the DecisionsResultItem as the provided RenewResult
+func (t *DecisionsResultItem) FromRenewResult(v RenewResult) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRenewResult performs a merge with any union data inside the DecisionsResultItem, using the provided RenewResult
+func (t *DecisionsResultItem) MergeRenewResult(v RenewResult) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDecisionsProblem returns the union data inside the DecisionsResultItem as a DecisionsProblem
+func (t DecisionsResultItem) AsDecisionsProblem() (DecisionsProblem, error) {
+	var body DecisionsProblem
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDecisionsProblem overwrites any union data inside the DecisionsResultItem as the provided DecisionsProblem
+func (t *DecisionsResultItem) FromDecisionsProblem(v DecisionsProblem) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDecisionsProblem performs a merge with any union data inside the DecisionsResultItem, using the provided DecisionsProblem
+func (t *DecisionsResultItem) MergeDecisionsProblem(v DecisionsProblem) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t DecisionsResultItem) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *DecisionsResultItem) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1852,6 +2493,76 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	Check(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DecideManyWithBody Many independent decisions and lease operations in one request (decide, admin).
+	//
+	// Each request of `requests` is the body of one route, named by its `op`
+	// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+	// and is answered exactly as that route would answer it: the same
+	// validation, the same all or nothing, the same fail mode, the same
+	// metrics. `results` holds one answer per request, in request order:
+	// the route's 200 body, or `{"problem": ...}` with the problem it would
+	// have answered, its `status` inside and its field names as on the
+	// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+	// so that a client that gathers the calls of many callers into one
+	// request hands each caller what its own call would have got. One
+	// refused or failed request never fails the others. A request whose
+	// `op` is missing, not a string or unknown is refused naming `op` alone.
+	//
+	// The requests are independent (not one batch: each is all or nothing
+	// on its own) and take effect in their order: a request sees what the
+	// requests before it did to its buckets, so a spend then a check of the
+	// same bucket sees the spend. Under concurrency each is as exact as on
+	// its route. Their checks, spends, refunds and settles reach the store
+	// in one call (on Redis, in the same script calls as the other
+	// decisions in flight); a Redis Cluster runs each master's share in
+	// order, the masters at once, so requests on buckets of different
+	// masters are in no order with each other, which no bucket can tell.
+	//
+	// The answer carries no RateLimit headers: there is no one limit. A
+	// store that cannot be reached answers each request by the fail mode,
+	// as its route does: failing open, allowed and `degraded: true`;
+	// failing closed, a 503 problem in its place.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+	DecideManyWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DecideMany Many independent decisions and lease operations in one request (decide, admin).
+	//
+	// Each request of `requests` is the body of one route, named by its `op`
+	// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+	// and is answered exactly as that route would answer it: the same
+	// validation, the same all or nothing, the same fail mode, the same
+	// metrics. `results` holds one answer per request, in request order:
+	// the route's 200 body, or `{"problem": ...}` with the problem it would
+	// have answered, its `status` inside and its field names as on the
+	// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+	// so that a client that gathers the calls of many callers into one
+	// request hands each caller what its own call would have got. One
+	// refused or failed request never fails the others. A request whose
+	// `op` is missing, not a string or unknown is refused naming `op` alone.
+	//
+	// The requests are independent (not one batch: each is all or nothing
+	// on its own) and take effect in their order: a request sees what the
+	// requests before it did to its buckets, so a spend then a check of the
+	// same bucket sees the spend. Under concurrency each is as exact as on
+	// its route. Their checks, spends, refunds and settles reach the store
+	// in one call (on Redis, in the same script calls as the other
+	// decisions in flight); a Redis Cluster runs each master's share in
+	// order, the masters at once, so requests on buckets of different
+	// masters are in no order with each other, which no bucket can tell.
+	//
+	// The answer carries no RateLimit headers: there is no one limit. A
+	// store that cannot be reached answers each request by the fail mode,
+	// as its route does: failing open, allowed and `degraded: true`;
+	// failing closed, a 503 problem in its place.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+	DecideMany(ctx context.Context, body DecideManyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExportFile Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
@@ -2676,6 +3387,96 @@ func (c *Client) CheckWithBody(ctx context.Context, contentType string, body io.
 // Corresponds with POST /v1/check (the `Check` operationId).
 func (c *Client) Check(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCheckRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DecideManyWithBody Many independent decisions and lease operations in one request (decide, admin).
+//
+// Each request of `requests` is the body of one route, named by its `op`
+// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+// and is answered exactly as that route would answer it: the same
+// validation, the same all or nothing, the same fail mode, the same
+// metrics. `results` holds one answer per request, in request order:
+// the route's 200 body, or `{"problem": ...}` with the problem it would
+// have answered, its `status` inside and its field names as on the
+// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+// so that a client that gathers the calls of many callers into one
+// request hands each caller what its own call would have got. One
+// refused or failed request never fails the others. A request whose
+// `op` is missing, not a string or unknown is refused naming `op` alone.
+//
+// The requests are independent (not one batch: each is all or nothing
+// on its own) and take effect in their order: a request sees what the
+// requests before it did to its buckets, so a spend then a check of the
+// same bucket sees the spend. Under concurrency each is as exact as on
+// its route. Their checks, spends, refunds and settles reach the store
+// in one call (on Redis, in the same script calls as the other
+// decisions in flight); a Redis Cluster runs each master's share in
+// order, the masters at once, so requests on buckets of different
+// masters are in no order with each other, which no bucket can tell.
+//
+// The answer carries no RateLimit headers: there is no one limit. A
+// store that cannot be reached answers each request by the fail mode,
+// as its route does: failing open, allowed and `degraded: true`;
+// failing closed, a 503 problem in its place.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+func (c *Client) DecideManyWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideManyRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DecideMany Many independent decisions and lease operations in one request (decide, admin).
+//
+// Each request of `requests` is the body of one route, named by its `op`
+// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+// and is answered exactly as that route would answer it: the same
+// validation, the same all or nothing, the same fail mode, the same
+// metrics. `results` holds one answer per request, in request order:
+// the route's 200 body, or `{"problem": ...}` with the problem it would
+// have answered, its `status` inside and its field names as on the
+// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+// so that a client that gathers the calls of many callers into one
+// request hands each caller what its own call would have got. One
+// refused or failed request never fails the others. A request whose
+// `op` is missing, not a string or unknown is refused naming `op` alone.
+//
+// The requests are independent (not one batch: each is all or nothing
+// on its own) and take effect in their order: a request sees what the
+// requests before it did to its buckets, so a spend then a check of the
+// same bucket sees the spend. Under concurrency each is as exact as on
+// its route. Their checks, spends, refunds and settles reach the store
+// in one call (on Redis, in the same script calls as the other
+// decisions in flight); a Redis Cluster runs each master's share in
+// order, the masters at once, so requests on buckets of different
+// masters are in no order with each other, which no bucket can tell.
+//
+// The answer carries no RateLimit headers: there is no one limit. A
+// store that cannot be reached answers each request by the fail mode,
+// as its route does: failing open, allowed and `degraded: true`;
+// failing closed, a 503 problem in its place.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+func (c *Client) DecideMany(ctx context.Context, body DecideManyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideManyRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4073,6 +4874,46 @@ func NewCheckRequestWithBody(server string, contentType string, body io.Reader) 
 	}
 
 	operationPath := fmt.Sprintf("/v1/check")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDecideManyRequest calls the generic DecideMany builder with application/json body
+func NewDecideManyRequest(server string, body DecideManyJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDecideManyRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewDecideManyRequestWithBody constructs an http.Request for the DecideMany method, with any body, and a specified content type
+func NewDecideManyRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/decisions")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -6723,6 +7564,76 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/check (the `Check` operationId).
 	CheckWithResponse(ctx context.Context, body CheckJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckResponse, error)
 
+	// DecideManyWithBodyWithResponse Many independent decisions and lease operations in one request (decide, admin).
+	//
+	// Each request of `requests` is the body of one route, named by its `op`
+	// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+	// and is answered exactly as that route would answer it: the same
+	// validation, the same all or nothing, the same fail mode, the same
+	// metrics. `results` holds one answer per request, in request order:
+	// the route's 200 body, or `{"problem": ...}` with the problem it would
+	// have answered, its `status` inside and its field names as on the
+	// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+	// so that a client that gathers the calls of many callers into one
+	// request hands each caller what its own call would have got. One
+	// refused or failed request never fails the others. A request whose
+	// `op` is missing, not a string or unknown is refused naming `op` alone.
+	//
+	// The requests are independent (not one batch: each is all or nothing
+	// on its own) and take effect in their order: a request sees what the
+	// requests before it did to its buckets, so a spend then a check of the
+	// same bucket sees the spend. Under concurrency each is as exact as on
+	// its route. Their checks, spends, refunds and settles reach the store
+	// in one call (on Redis, in the same script calls as the other
+	// decisions in flight); a Redis Cluster runs each master's share in
+	// order, the masters at once, so requests on buckets of different
+	// masters are in no order with each other, which no bucket can tell.
+	//
+	// The answer carries no RateLimit headers: there is no one limit. A
+	// store that cannot be reached answers each request by the fail mode,
+	// as its route does: failing open, allowed and `degraded: true`;
+	// failing closed, a 503 problem in its place.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+	DecideManyWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideManyResponse, error)
+
+	// DecideManyWithResponse Many independent decisions and lease operations in one request (decide, admin).
+	//
+	// Each request of `requests` is the body of one route, named by its `op`
+	// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+	// and is answered exactly as that route would answer it: the same
+	// validation, the same all or nothing, the same fail mode, the same
+	// metrics. `results` holds one answer per request, in request order:
+	// the route's 200 body, or `{"problem": ...}` with the problem it would
+	// have answered, its `status` inside and its field names as on the
+	// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+	// so that a client that gathers the calls of many callers into one
+	// request hands each caller what its own call would have got. One
+	// refused or failed request never fails the others. A request whose
+	// `op` is missing, not a string or unknown is refused naming `op` alone.
+	//
+	// The requests are independent (not one batch: each is all or nothing
+	// on its own) and take effect in their order: a request sees what the
+	// requests before it did to its buckets, so a spend then a check of the
+	// same bucket sees the spend. Under concurrency each is as exact as on
+	// its route. Their checks, spends, refunds and settles reach the store
+	// in one call (on Redis, in the same script calls as the other
+	// decisions in flight); a Redis Cluster runs each master's share in
+	// order, the masters at once, so requests on buckets of different
+	// masters are in no order with each other, which no bucket can tell.
+	//
+	// The answer carries no RateLimit headers: there is no one limit. A
+	// store that cannot be reached answers each request by the fail mode,
+	// as its route does: failing open, allowed and `degraded: true`;
+	// failing closed, a 503 problem in its place.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+	DecideManyWithResponse(ctx context.Context, body DecideManyJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideManyResponse, error)
+
 	// ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 	//
 	// Overrides are exported in the list format, with comments; disabled
@@ -7937,6 +8848,96 @@ func (r CheckResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CheckResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DecideManyResponse401Headers the declared response headers of an HTTP 401 response for DecideMany
+type DecideManyResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type DecideManyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DecisionsResult
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *TooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Invalid
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DecideManyResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DecideManyResponse) GetJSON200() *DecisionsResult {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON413() *TooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DecideManyResponse) GetApplicationProblemJSON422() *Invalid {
+	return r.ApplicationProblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r DecideManyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DecideManyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DecideManyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DecideManyResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11941,6 +12942,88 @@ func (c *ClientWithResponses) CheckWithResponse(ctx context.Context, body CheckJ
 	return ParseCheckResponse(rsp)
 }
 
+// DecideManyWithBodyWithResponse Many independent decisions and lease operations in one request (decide, admin).
+//
+// Each request of `requests` is the body of one route, named by its `op`
+// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+// and is answered exactly as that route would answer it: the same
+// validation, the same all or nothing, the same fail mode, the same
+// metrics. `results` holds one answer per request, in request order:
+// the route's 200 body, or `{"problem": ...}` with the problem it would
+// have answered, its `status` inside and its field names as on the
+// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+// so that a client that gathers the calls of many callers into one
+// request hands each caller what its own call would have got. One
+// refused or failed request never fails the others. A request whose
+// `op` is missing, not a string or unknown is refused naming `op` alone.
+//
+// The requests are independent (not one batch: each is all or nothing
+// on its own) and take effect in their order: a request sees what the
+// requests before it did to its buckets, so a spend then a check of the
+// same bucket sees the spend. Under concurrency each is as exact as on
+// its route. Their checks, spends, refunds and settles reach the store
+// in one call (on Redis, in the same script calls as the other
+// decisions in flight); a Redis Cluster runs each master's share in
+// order, the masters at once, so requests on buckets of different
+// masters are in no order with each other, which no bucket can tell.
+//
+// The answer carries no RateLimit headers: there is no one limit. A
+// store that cannot be reached answers each request by the fail mode,
+// as its route does: failing open, allowed and `degraded: true`;
+// failing closed, a 503 problem in its place.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+func (c *ClientWithResponses) DecideManyWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideManyResponse, error) {
+	rsp, err := c.DecideManyWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideManyResponse(rsp)
+}
+
+// DecideManyWithResponse Many independent decisions and lease operations in one request (decide, admin).
+//
+// Each request of `requests` is the body of one route, named by its `op`
+// (`check`, `spend`, `refund`, `settle`, `acquire`, `release`, `renew`),
+// and is answered exactly as that route would answer it: the same
+// validation, the same all or nothing, the same fail mode, the same
+// metrics. `results` holds one answer per request, in request order:
+// the route's 200 body, or `{"problem": ...}` with the problem it would
+// have answered, its `status` inside and its field names as on the
+// route (`buckets[1].bucket_id`, not `requests[3].buckets[1].bucket_id`),
+// so that a client that gathers the calls of many callers into one
+// request hands each caller what its own call would have got. One
+// refused or failed request never fails the others. A request whose
+// `op` is missing, not a string or unknown is refused naming `op` alone.
+//
+// The requests are independent (not one batch: each is all or nothing
+// on its own) and take effect in their order: a request sees what the
+// requests before it did to its buckets, so a spend then a check of the
+// same bucket sees the spend. Under concurrency each is as exact as on
+// its route. Their checks, spends, refunds and settles reach the store
+// in one call (on Redis, in the same script calls as the other
+// decisions in flight); a Redis Cluster runs each master's share in
+// order, the masters at once, so requests on buckets of different
+// masters are in no order with each other, which no bucket can tell.
+//
+// The answer carries no RateLimit headers: there is no one limit. A
+// store that cannot be reached answers each request by the fail mode,
+// as its route does: failing open, allowed and `degraded: true`;
+// failing closed, a 503 problem in its place.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/decisions (the `DecideMany` operationId).
+func (c *ClientWithResponses) DecideManyWithResponse(ctx context.Context, body DecideManyJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideManyResponse, error) {
+	rsp, err := c.DecideMany(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideManyResponse(rsp)
+}
+
 // ExportFileWithResponse Export limits, overrides or a domain's rules in the formats import reads (admin).
 //
 // Overrides are exported in the list format, with comments; disabled
@@ -13392,6 +14475,87 @@ func ParseCheckResponse(rsp *http.Response) (*CheckResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDecideManyResponse parses an HTTP response from a DecideManyWithResponse call
+func ParseDecideManyResponse(rsp *http.Response) (*DecideManyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DecideManyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DecisionsResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DecideManyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
 	}
 
 	return response, nil

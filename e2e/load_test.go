@@ -197,3 +197,30 @@ func count(samples []sample) map[answer]int {
 	}
 	return out
 }
+
+// warmUp runs a load until one run of it gets nothing but normal answers,
+// at most three times, and fails the test after the third. It is the
+// precondition of a fault test, not its subject: on a machine loaded by
+// other tests one store call can outlast a short store timeout and answer
+// degraded before any fault, which says nothing of the fault to come; a
+// service that keeps doing so still fails here.
+func warmUp(t *testing.T, run func() []sample) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		bad := -1
+		samples := run()
+		for i, s := range samples {
+			if s.answer != normal {
+				bad = i
+				break
+			}
+		}
+		if bad < 0 {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("before the fault, in each of 3 warm-ups: a %v answer (%s)", samples[bad].answer, samples[bad].what)
+		}
+		t.Logf("warm-up %d: a %v answer (%s); warming up again", attempt, samples[bad].answer, samples[bad].what)
+	}
+}

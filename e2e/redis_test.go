@@ -97,13 +97,11 @@ func testRedisFault(t *testing.T, fault, mode string) {
 	// that both counts include the readiness probe's keep-alive connection
 	// and the Redis pool the first load filled.
 	ready := watchReadiness(t, svc)
-	warm := startLoad(t, clients, workers, 2*time.Millisecond, body)
-	waitFor(t, 20*time.Second, "warm-up", func() bool { return len(warm.since(time.Time{})) >= 300 })
-	for _, s := range warm.halt() {
-		if s.answer != normal {
-			t.Fatalf("before the fault: a %v answer (%s)", s.answer, s.what)
-		}
-	}
+	warmUp(t, func() []sample {
+		warm := startLoad(t, clients, workers, 2*time.Millisecond, body)
+		waitFor(t, 20*time.Second, "warm-up", func() bool { return len(warm.since(time.Time{})) >= 300 })
+		return warm.halt()
+	})
 	closeIdle()
 	time.Sleep(200 * time.Millisecond)
 	before := svc.metrics("go_goroutines", "process_open_fds")

@@ -26,6 +26,15 @@ const (
 	// gives back what was reserved beyond it, or charges the excess even
 	// past empty, up to one burst of debt.
 	Settle
+	// Acquire, Release and Renew are the operations on leases (lease.go),
+	// which a Call of DecideMany names beside those above; a Store's
+	// Apply takes none of them.
+	Acquire
+	Release
+	Renew
+	// Mixed names, in the store's metrics and traces, a call of
+	// Store.ApplyMany whose batches are of several operations.
+	Mixed
 )
 
 // String returns the lower-case name used in metrics and logs.
@@ -39,6 +48,14 @@ func (o Op) String() string {
 		return "refund"
 	case Settle:
 		return "settle"
+	case Acquire:
+		return "acquire"
+	case Release:
+		return "release"
+	case Renew:
+		return "renew"
+	case Mixed:
+		return "mixed"
 	}
 	return "unknown"
 }

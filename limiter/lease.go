@@ -216,7 +216,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 		// answer as any lease's do.
 		acquired, err = l.store.Acquire(ctx, now, &rec, batch)
 		if err != nil {
-			l.leaseFailed(err)
+			l.health(err)
 			res, err := l.storeFailed(decisions, pos, err)
 			if err != nil {
 				return LeaseResult{}, err
@@ -228,7 +228,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
 		if err := l.store.Held(ctx, now, batch); err != nil {
-			l.leaseFailed(err)
+			l.health(err)
 			return LeaseResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		LeaseStep(nowUS, 0, batch)
@@ -341,8 +341,8 @@ func (l *Limiter) SweepLeases(ctx context.Context) error {
 			l.observeLeaseKey(LeaseExpired, keys[i], n)
 		}
 	}
+	l.health(err)
 	if err != nil {
-		l.leaseFailed(err)
 		l.due.add(now.UnixMicro(), keys)
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -444,27 +444,32 @@ func (l *Limiter) resolveLeases(snap *Snapshot, reqs []Request, now time.Time, d
 	maxTTL := MaxLeasePeriod
 	for i, req := range reqs {
 		field := func(name string) string { return "buckets[" + strconv.Itoa(i) + "]" + name }
+		r, key, err := snap.resolve(nil, req.Limit, req.BucketID, now.UnixMicro())
+		var fe FieldError
+		if err != nil && !errors.As(err, &fe) {
+			return nil, nil, 0, err
+		}
+		// What is wrong with the bucket comes before what is wrong with
+		// its cost, as in the body.
+		bad := len(ve.Fields)
+		switch {
+		case err != nil:
+			ve.Add(field("."+fe.Field), fe.Message)
+		case r.Limit.KindOf() != KindConcurrency:
+			ve.Add(field(".limit"), "is a rate limit; acquire takes concurrency limits only")
+		default:
+			keys[i] = key
+			for j := range i {
+				if string(keys[j]) == string(key) {
+					ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
+				}
+			}
+		}
 		if req.Cost < 1 {
 			ve.Add(field(".cost"), "must be at least 1 to acquire; check inspects a bucket")
 		}
-		r, key, err := snap.resolve(nil, req.Limit, req.BucketID, now.UnixMicro())
-		if err != nil {
-			var fe FieldError
-			if !errors.As(err, &fe) {
-				return nil, nil, 0, err
-			}
-			ve.Add(field("."+fe.Field), fe.Message)
+		if len(ve.Fields) > bad {
 			continue
-		}
-		if r.Limit.KindOf() != KindConcurrency {
-			ve.Add(field(".limit"), "is a rate limit; acquire takes concurrency limits only")
-			continue
-		}
-		keys[i] = key
-		for j := range i {
-			if string(keys[j]) == string(key) {
-				ve.Add(field(""), "same bucket as buckets["+strconv.Itoa(j)+"]")
-			}
 		}
 		d := &decisions[i]
 		d.Limit, d.BucketID, d.Params, d.Source, d.Shadow, d.Unit = r.Limit.Name, r.BucketID, r.Params, r.Source, r.Limit.Shadow, r.Limit.Counts()
@@ -499,7 +504,7 @@ func (l *Limiter) Release(ctx context.Context, id string) (bool, error) {
 	case errors.Is(err, ErrLeaseNotFound):
 		return false, nil
 	case err != nil:
-		l.leaseFailed(err)
+		l.health(err)
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l.observeLeaseKeys(LeaseReleased, rec.Keys)
@@ -538,18 +543,10 @@ func (l *Limiter) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	case errors.As(err, &verr), errors.Is(err, ErrLeaseNotFound):
 		return Lease{}, err
 	case err != nil:
-		l.leaseFailed(err)
+		l.health(err)
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l.observeLeaseKeys(LeaseRenewed, rec.Keys)
 	l.due.add(expires, rec.Keys)
 	return Lease{ID: id, Expires: time.UnixMicro(expires)}, nil
-}
-
-// leaseFailed keeps the store's health as callStore does.
-func (l *Limiter) leaseFailed(err error) {
-	l.storeErrors.Add(1)
-	if !l.storeDown.Swap(true) {
-		l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
-	}
 }

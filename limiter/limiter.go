@@ -125,6 +125,8 @@ type Limiter struct {
 	snap         atomic.Pointer[Snapshot]
 	denied       *deniedCache
 	scratch      sync.Pool
+	// many pools DecideMany's working memory (*manyScratch).
+	many sync.Pool
 
 	storeDown   atomic.Bool
 	storeErrors atomic.Uint64
@@ -146,6 +148,7 @@ func New(cfg Config) *Limiter {
 		l.denied = newDeniedCache(cfg.DeniedCacheSize)
 	}
 	l.scratch.New = func() any { return &scratch{} }
+	l.many.New = func() any { return &manyScratch{refilled: map[string]struct{}{}} }
 	return l
 }
 
@@ -216,7 +219,7 @@ func (sc *scratch) key(i int) []byte {
 // naming every bad field; a failing store gives an error wrapping
 // ErrUnavailable, unless the Limiter fails open.
 func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decision) (Result, error) {
-	if op != Check && op != Spend && op != Refund && op != Settle {
+	if !op.Decides() {
 		return Result{}, fmt.Errorf("unknown operation %d", op)
 	}
 	snap := l.snap.Load()
@@ -230,26 +233,37 @@ func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decis
 
 	decisions := slices.Grow(dst[:0], len(reqs))[:len(reqs)]
 	clear(decisions)
-	localDenial, err := l.resolve(snap, op, reqs, now, decisions, sc)
+	localDenial, err := l.resolve(snap, op, reqs, now, decisions, sc, nil)
 	if err != nil {
 		return Result{}, err
 	}
-	// A spend that a bucket decided here already denies spends nothing, so
-	// the store is only read.
-	storeOp := op
-	if op == Spend && localDenial {
-		storeOp = Check
-	}
 	if len(sc.batch) > 0 {
-		if err := l.callStore(ctx, storeOp, now, sc.batch, decisions, sc.pos); err != nil {
-			return l.storeFailed(decisions, sc.pos, err)
-		}
+		err = l.callStore(ctx, storeOp(op, localDenial), now, sc.batch, decisions, sc.pos)
+	}
+	return l.finish(ctx, op, now, decisions, sc, localDenial, err)
+}
+
+// storeOp is what the store is asked to do for op: a spend that a bucket
+// decided here already denies spends nothing, so the store is only read.
+func storeOp(op Op, localDenial bool) Op {
+	if op == Spend && localDenial {
+		return Check
+	}
+	return op
+}
+
+// finish completes the decisions of a resolved request once the store
+// answered its batch, sc.batch, with storeErr: it reads the concurrency
+// buckets of a check, applies the fail mode, and tells the denied cache.
+func (l *Limiter) finish(ctx context.Context, op Op, now time.Time, decisions []Decision, sc *scratch, localDenial bool, storeErr error) (Result, error) {
+	if storeErr != nil {
+		return l.storeFailed(decisions, sc.pos, storeErr)
 	}
 	if len(sc.leases) > 0 {
 		// A check of concurrency buckets reads what they hold; it needs
 		// no atomicity with the rate buckets, as nothing is written.
 		if err := l.store.Held(ctx, now, sc.leases); err != nil {
-			l.leaseFailed(err)
+			l.health(err)
 			return l.storeFailed(decisions, sc.pos, err)
 		}
 		LeaseStep(now.UnixMicro(), 0, sc.leases)
@@ -316,7 +330,7 @@ func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket, epochs []uint
 func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket, decisions []Decision, pos []int) error {
 	var end func(bool, error)
 	if l.trace != nil {
-		ctx, end = l.trace(ctx, op, storeLimits(decisions, pos))
+		ctx, end = l.trace(ctx, op, storeLimits(nil, decisions, pos))
 	}
 	var start time.Time
 	if l.observe != nil {
@@ -330,23 +344,28 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 	if end != nil {
 		end(within(batch), err)
 	}
+	l.health(err)
+	return err
+}
+
+// health keeps the store's health from the error of a call, logging
+// the changes between failing and answering.
+func (l *Limiter) health(err error) {
 	if err != nil {
 		l.storeErrors.Add(1)
 		if !l.storeDown.Swap(true) {
 			l.log.Warn("store unavailable", "err", err, "fail_open", l.failOpen)
 		}
-		return err
+		return
 	}
 	if l.storeDown.Load() && l.storeDown.Swap(false) {
 		l.log.Info("store answers again")
 	}
-	return nil
 }
 
-// storeLimits names the limits of the decisions that went to the store,
-// each once, in the order of the batch.
-func storeLimits(decisions []Decision, pos []int) []string {
-	var names []string
+// storeLimits appends to names the limits of the decisions that went to
+// the store, each once, in the order of the batch.
+func storeLimits(names []string, decisions []Decision, pos []int) []string {
 	for i, p := range pos {
 		if p >= 0 && !slices.Contains(names, decisions[i].Limit) {
 			names = append(names, decisions[i].Limit)
@@ -376,7 +395,12 @@ func (l *Limiter) storeFailed(decisions []Decision, pos []int, err error) (Resul
 // resolve fills the decisions that need no store and the batch of those
 // that do, collecting every field error. It reports whether a bucket outside
 // shadow limits was denied without the store.
-func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, decisions []Decision, sc *scratch) (bool, error) {
+//
+// refilled, when not nil, holds the keys of buckets that earlier requests
+// of a DecideMany may have made fuller (refunds and settles): the denied
+// cache, which knows the buckets as they were before those, does not
+// answer for them.
+func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, decisions []Decision, sc *scratch, refilled map[string]struct{}) (bool, error) {
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return false, &ValidationError{Fields: []FieldError{{Field: "buckets", Message: "must hold 1 to " + strconv.Itoa(MaxBatch) + " buckets"}}}
 	}
@@ -445,7 +469,7 @@ func (l *Limiter) resolve(snap *Snapshot, op Op, reqs []Request, now time.Time, 
 			b := [1]Bucket{{Rate: rate, Cost: req.Cost, Reserved: req.Reserved}}
 			StepBatch(op, nowUS, b[:])
 			d.Outcome = b[0].Outcome
-		case (op == Spend || op == Check) && l.denied.deny(key, cmp.Or(bucketNow, nowUS), rate, req.Cost, &d.Outcome):
+		case (op == Spend || op == Check) && !has(refilled, key) && l.denied.deny(key, cmp.Or(bucketNow, nowUS), rate, req.Cost, &d.Outcome):
 		default:
 			sc.pos = append(sc.pos, len(sc.batch))
 			sc.batch = append(sc.batch, Bucket{Rate: rate, Cost: req.Cost, Reserved: req.Reserved, Shadow: r.Limit.Shadow, Now: bucketNow})
@@ -504,7 +528,7 @@ func (l *Limiter) Reset(ctx context.Context, reqs []Request) (int, error) {
 	defer l.scratch.Put(sc)
 	sc.reset()
 	decisions := make([]Decision, len(reqs))
-	if _, err := l.resolve(snap, opReset, reqs, l.now(), decisions, sc); err != nil {
+	if _, err := l.resolve(snap, opReset, reqs, l.now(), decisions, sc, nil); err != nil {
 		return 0, err
 	}
 	keys := make([]string, len(reqs))

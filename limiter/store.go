@@ -32,6 +32,17 @@ type Bucket struct {
 	Outcome Outcome
 }
 
+// Batch is one of the independent batches of Store.ApplyMany: what one
+// call of Apply takes, and what it answers.
+type Batch struct {
+	// Op is Check, Spend, Refund or Settle.
+	Op      Op
+	Buckets []Bucket
+	// Written and Err are set by the store, as Apply returns them.
+	Written bool
+	Err     error
+}
+
 // Store keeps the TATs of buckets. A call handles a whole batch, so that a
 // remote store needs one round trip per request, and decides it with
 // StepBatch on the TATs it read, which fills in each Bucket's TAT, Next
@@ -45,6 +56,16 @@ type Store interface {
 	// a spend that any bucket outside shadow limits denies writes nothing.
 	// A Check only reads.
 	Apply(ctx context.Context, op Op, now time.Time, batch []Bucket) (bool, error)
+	// ApplyMany runs every batch as Apply would at now, in one call: each
+	// batch all or nothing on its own and independent of the others (a
+	// batch denied or failed leaves the others alone), and each seeing
+	// what the batches before it wrote to its buckets, as if they were
+	// separate calls in that order. It sets each batch's Written and Err.
+	// A store whose buckets live on several servers runs each server's
+	// share in order, the servers at once (Redis Cluster): order is what
+	// the calls on one bucket see, and a batch across servers is as
+	// atomic as Apply makes it.
+	ApplyMany(ctx context.Context, now time.Time, batches []Batch)
 	// Reset forgets the buckets, which makes them full (a lease bucket:
 	// empty, its leases gone).
 	Reset(ctx context.Context, keys []string) error

@@ -40,15 +40,16 @@
 # with persistence off, unless BENCH_REDIS_URL names another: then other
 # clients of that Redis take part in its CPU figures.
 #
-# Columns: requests/s, wrk's p50 and p99 latency, the ratio of requests/s
-# to the ceiling's, the CPU time the serving process used per request over
+# Columns: decisions/s (see below), wrk's p50 and p99 latency, the ratio
+# of decisions/s to the ceiling's requests/s, the CPU time the serving
+# process used per decision over
 # the measured run (utime+stime from /proc), and on Redis the CPU time
 # Redis spent per script call (the usec and calls of EVALSHA, EVAL and
 # FCALL in INFO commandstats, over the run) and the script calls per
-# request, which is above 1 when another client of the same Redis called
-# scripts meanwhile, and denied-cache hits per request (from /metrics).
+# decision, which is above 1 when another client of the same Redis called
+# scripts meanwhile, and denied-cache hits per decision (from /metrics).
 # With a private redis-server, two more: the CPU time the whole Redis
-# process used per request (utime+stime from /proc, so reading and writing
+# process used per decision (utime+stime from /proc, so reading and writing
 # the sockets included), and the script calls per socket read Redis made
 # (total_reads_processed of INFO stats): about the script calls per round
 # trip. Each median comes with the minimum and maximum of the rounds in
@@ -101,6 +102,38 @@
 # Their ratio to the ceiling compares them with HTTP/1.1 over wrk: the
 # ceiling speaks only that.
 #
+#   decisions  many decisions in one request: wrk posts /v1/decisions with
+#         scripts/decisions.lua over BENCH_DECISIONS_CONNECTIONS
+#         connections, BENCH_DECISIONS spends of one bucket each of
+#         bench_allowed_one a request, the bucket ids stepping through
+#         BENCH_IDS so that every request names new ones, as a client that
+#         gathers the calls of its callers sends them. Every result must
+#         say allowed, and not degraded. Fewer connections than the other
+#         rows: each carries BENCH_DECISIONS decisions, and a client that
+#         gathers its callers' calls keeps few requests in flight.
+#
+# Two more, driven by a Go program, scripts/clientload, as a service calls
+# ratelimitd: BENCH_CLIENT_GOROUTINES goroutines in a closed loop, each
+# call a spend of one token on bench_allowed_one, the ids stepping through
+# BENCH_IDS as spend.lua's do, every answer checked:
+#
+#   client       through the Go package for services (client/ratelimit),
+#                whose calls share requests to POST /v1/decisions. Local
+#                denials are off (no call here is denied anyway).
+#   client-rest  each call a POST /v1/spend through the generated client
+#                (package client): what a service pays without the
+#                package, and the yardstick of the client's own CPU.
+#
+# A table of their own adds what only they measure: the CPU the client
+# process used per decision (getrusage), the mean decisions per HTTP
+# request, and the ratio of decisions/s to the requests/s of the same
+# store's 1-allowed row (the REST spend over wrk) in the same round.
+#
+# A decision is one request of a single route, or one request of a
+# /v1/decisions body: the rates and CPU columns are per decision, which for
+# every row but decisions and client is per HTTP request; p50 and p99 are
+# per HTTP request, but in the client rows, where they are per call.
+#
 # The scenario "nginx" has a table of its own, after this one: requests
 # through nginx alone, with its limit_req, and asking ratelimitd with
 # auth_request from deploy/gateways (scripts/bench-nginx.sh says how).
@@ -112,8 +145,10 @@
 #   BENCH_IDS          bucket ids per limit (<= 65535)        10000
 #   BENCH_ROUNDS       rounds; the table shows their median   3
 #   BENCH_STORES       which stores                           "memory redis"
-#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx"
-#                      (also 3-denied)
+#   BENCH_SCENARIOS    which runs per store                   "1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx
+#                      (also 3-denied)                        decisions client client-rest"
+#   BENCH_DECISIONS    spends per request (decisions)         64
+#   BENCH_DECISIONS_CONNECTIONS  wrk connections (decisions)  8
 #   BENCH_GRPC_CONNECTIONS  h2load connections (grpc)         2
 #   BENCH_GRPC_STREAMS      h2load streams per connection     32
 #   BENCH_GHZ_CONNECTIONS   ghz connections (ghz)             1
@@ -122,6 +157,8 @@
 #   BENCH_H2C_STREAMS       h2load streams per connection     32
 #   BENCH_CEILING_WAIT the waiting ceiling's wait; 0 leaves   200us
 #                      it out
+#   BENCH_CLIENT_GOROUTINES  clientload's goroutines          64
+#                      (client, client-rest)
 #   BENCH_REDIS_URL    Redis for the redis runs               a private redis-server
 #   BENCH_GOGC         GOGC of the service                    unset: the service's
 #                      floor of 64 MiB between collections (docs/configuration.md)
@@ -141,7 +178,9 @@ WRK_CONNECTIONS=${BENCH_CONNECTIONS:-64}
 IDS=${BENCH_IDS:-10000}
 ROUNDS=${BENCH_ROUNDS:-3}
 STORES=${BENCH_STORES:-memory redis}
-SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx}
+SCENARIOS=${BENCH_SCENARIOS:-1-allowed 3-allowed 1-denied grpc ghz h2c ip-allowed fa nginx decisions client client-rest}
+PER=${BENCH_DECISIONS:-64}
+PER_CONNECTIONS=${BENCH_DECISIONS_CONNECTIONS:-8}
 REDIS_URL=${BENCH_REDIS_URL:-}
 GRPC_CONNECTIONS=${BENCH_GRPC_CONNECTIONS:-2}
 GRPC_STREAMS=${BENCH_GRPC_STREAMS:-32}
@@ -151,13 +190,16 @@ GHZ=github.com/bojand/ghz/cmd/ghz@v0.121.0
 H2C_CONNECTIONS=${BENCH_H2C_CONNECTIONS:-2}
 H2C_STREAMS=${BENCH_H2C_STREAMS:-32}
 CEILING_WAIT=${BENCH_CEILING_WAIT:-200us}
+CLIENT_GOROUTINES=${BENCH_CLIENT_GOROUTINES:-64}
 [ "$IDS" -ge 1 ] && [ "$IDS" -le 65535 ] || die "BENCH_IDS must be 1 to 65535 (ids become IPv6 groups)"
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS must be at least 1"
 for sc in $SCENARIOS; do
-	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
+	case $sc in 1-allowed | 3-allowed | 1-denied | 3-denied | grpc | ghz | h2c | ip-allowed | fa | nginx | decisions | client | client-rest) ;; *) die "unknown scenario $sc in BENCH_SCENARIOS" ;; esac
 done
-for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS"; do
-	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS and BENCH_H2C_STREAMS must be positive integers"
+[[ $PER =~ ^[1-9][0-9]*$ ]] && [ "$PER" -le 1000 ] || die "BENCH_DECISIONS must be 1 to 1000"
+[[ $PER_CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "BENCH_DECISIONS_CONNECTIONS must be a positive integer"
+for n in "$GRPC_CONNECTIONS" "$GRPC_STREAMS" "$GHZ_CONNECTIONS" "$GHZ_CONCURRENCY" "$H2C_CONNECTIONS" "$H2C_STREAMS" "$CLIENT_GOROUTINES"; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_GRPC_CONNECTIONS, BENCH_GRPC_STREAMS, BENCH_GHZ_CONNECTIONS, BENCH_GHZ_CONCURRENCY, BENCH_H2C_CONNECTIONS, BENCH_H2C_STREAMS and BENCH_CLIENT_GOROUTINES must be positive integers"
 done
 
 # has_scenario NAME reports whether BENCH_SCENARIOS names a scenario.
@@ -168,6 +210,9 @@ has_scenario() {
 
 need_wrk
 build
+if has_scenario client || has_scenario client-rest; then
+	(cd "$ROOT" && CGO_ENABLED=0 "${GO:-go}" build -trimpath -o bin/clientload ./scripts/clientload) || die "building clientload failed"
+fi
 # The nginx scenario runs after the others' table, from its own file.
 NGINX=
 if has_scenario nginx; then
@@ -196,6 +241,11 @@ fi
 TICK=$(getconf CLK_TCK)
 RESULTS="$WORK/results"
 : >"$RESULTS"
+# The client rows' own figures, a line per run: target, round, client CPU
+# µs per decision, decisions per HTTP request, and (filled in below) the
+# ratio to the REST spend row.
+CLIENT_RESULTS="$WORK/client-results"
+: >"$CLIENT_RESULTS"
 status=0
 
 # The targets: the ceiling, then each store's scenarios. For each, its
@@ -389,6 +439,30 @@ h2load_line() {
 		die "h2load printed no result: $1"
 }
 
+# decisions_spend URL TOKEN DURATION posts /v1/decisions for DURATION
+# (see decisions above) and prints wrk_spend's line, counting requests.
+decisions_spend() {
+	local out
+	out=$(wrk -t "$WRK_THREADS" -c "$PER_CONNECTIONS" -d "$3" --timeout 10s -H "Authorization: Bearer $2" \
+		-s "$ROOT/scripts/decisions.lua" "$1/v1/decisions" -- "$PER" "$IDS" "$WRK_THREADS") || die "wrk failed: $out"
+	awk '$1 == "result" {$1 = ""; print substr($0, 2); found = 1} END {exit !found}' <<<"$out" ||
+		die "wrk printed no result: $out"
+}
+
+# client_spend URL TOKEN DURATION SCENARIO EXPECT runs scripts/clientload
+# (see client and client-rest above) and prints wrk_spend's line, its
+# errors as non-2xx answers; it leaves the client's CPU µs and the HTTP
+# requests it made in $WORK/client-last.
+client_spend() {
+	local mode=package out calls secs p50 p99 errors wrong cpu requests
+	[ "$4" = client-rest ] && mode=rest
+	out=$("$ROOT/bin/clientload" -url "$1" -token "$2" -mode "$mode" -duration "$3" -warmup 0s -ids "$IDS" \
+		-goroutines "$CLIENT_GOROUTINES" -limit bench_allowed_one -expect "$5" 2>&1) || die "clientload failed: $out"
+	read -r _ calls secs p50 p99 errors wrong cpu requests < <(grep '^result ' <<<"$out") || die "clientload printed no result: $out"
+	echo "$cpu $requests" >"$WORK/client-last"
+	echo "$calls $secs $p50 $p99 $errors $wrong 0 -"
+}
+
 # spend TARGET DURATION EXPECT loads a target for DURATION with the
 # tool of its scenario and prints wrk_spend's line.
 spend() {
@@ -400,6 +474,8 @@ spend() {
 		ghz) ghz_spend "${GRPC[$t]}" "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		fa) fa_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
 		h2c) h2load_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		decisions) decisions_spend "${URL[$t]}" "${TOKEN[$t]}" "$2"; return ;;
+		client | client-rest) client_spend "${URL[$t]}" "${TOKEN[$t]}" "$2" "$sc" "$3"; return ;;
 		esac
 		n=${sc%%-*} kind=${sc#*-}
 	fi
@@ -407,9 +483,9 @@ spend() {
 }
 
 # run ROUND TARGET warms the target up, then measures it, and appends a
-# row to $RESULTS: target, round, requests/s, p50 ms, p99 ms, service µs
-# per request, Redis µs per script call and script calls per request (or
-# -), denied-cache hits per request (or -), Redis process µs per request
+# row to $RESULTS: target, round, decisions/s, p50 ms, p99 ms, service µs
+# per decision, Redis µs per script call and script calls per decision (or
+# -), denied-cache hits per decision (or -), Redis process µs per decision
 # and script calls per socket read (or -, without a private redis-server).
 run() {
 	local round=$1 t=$2 expect=true
@@ -431,6 +507,15 @@ run() {
 		echo "bench: $t, round $round: $bad non-2xx, $wrong with \"allowed\" not $expect, $sock socket errors ($kinds)" >&2
 		status=1
 	fi
+	# From here on the figures are per decision.
+	[ "${t#* }" = decisions ] && req=$((req * PER))
+	case ${t#* } in client | client-rest)
+		local ccpu creqs
+		read -r ccpu creqs <"$WORK/client-last"
+		awk -v t="$t" -v r="$round" -v req="$req" -v cpu="$ccpu" -v n="$creqs" \
+			'BEGIN {printf "%s\t%d\t%.1f\t%.1f\n", t, r, req ? cpu / req : 0, n ? req / n : 0}' >>"$CLIENT_RESULTS"
+		;;
+	esac
 	awk -v t="$t" -v r="$round" -v req="$req" -v secs="$secs" -v p50="$p50" -v p99="$p99" -v tick="$TICK" \
 		-v cpu=$((cpu1 - cpu0)) -v calls=$((c1 - c0)) -v usec=$((u1 - u0)) -v redis="${REDIS[$t]}" -v h0="$hits0" -v h1="$hits1" \
 		-v own="$own" -v rcpu=$((rcpu1 - rcpu0)) -v reads=$((r1 - r0)) 'BEGIN {
@@ -460,10 +545,11 @@ awk -F'\t' -v OFS='\t' '{row[NR] = $0; if ($1 == "ceiling") c[$2] = $3}
 	"$RESULTS" >"$RESULTS.ratio"
 mv "$RESULTS.ratio" "$RESULTS"
 
-# median TARGET COLUMN prints the median of a column over the rounds and,
-# with more than one round, their minimum and maximum in brackets.
+# median TARGET COLUMN [FILE] prints the median of a column of $RESULTS
+# (or FILE) over the rounds and, with more than one round, their minimum
+# and maximum in brackets.
 median() {
-	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "$RESULTS" | sort -g |
+	awk -F'\t' -v t="$1" -v c="$2" '$1 == t {print $c}' "${3:-$RESULTS}" | sort -g |
 		awk '{v[NR] = $1} END {if (v[1] !~ /^[0-9.]+$/) {print v[1]; exit}
 			m = NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)
 			print (NR > 1 ? m " (" v[1] "–" v[NR] ")" : m)}'
@@ -472,6 +558,7 @@ median() {
 echo
 machine
 echo "load:    wrk, $WRK_THREADS threads, $WRK_CONNECTIONS keep-alive connections over loopback, ${WARMUP} warm-up then ${DURATION} measured per run, $IDS bucket ids per limit"
+has_scenario decisions && echo "decisions: $PER spends of one bucket each per request to /v1/decisions, new bucket ids every request, over $PER_CONNECTIONS connections"
 has_scenario grpc && echo "grpc:    $(h2load --version | head -1), $GRPC_CONNECTIONS connections x $GRPC_STREAMS streams, ShouldRateLimit on one bucket (the same id)"
 has_scenario ghz && echo "ghz:     ghz ${GHZ#*@}, $GHZ_CONNECTIONS connection(s), $GHZ_CONCURRENCY calls in flight, ShouldRateLimit on bench_allowed_one, a new reg_id per call (1..$IDS)"
 has_scenario fa && echo "fa:      wrk and scripts/forwardauth.lua, forward auth with a new client address per call in X-Forwarded-For (2001:db8::1..$IDS), bench_allowed_ip; ip-allowed spends the same buckets over REST"
@@ -485,16 +572,38 @@ echo "service: GOGC=${BENCH_GOGC:-unset (the 64 MiB floor)}, GOMAXPROCS=$(nproc)
 echo "command: make bench$(env | grep -o '^BENCH_[A-Z_]*=.*' | sort | sed 's/^/ /; s/=\(.*\)/="\1"/' | tr -d '\n')"
 echo
 {
-	printf 'target\trequests/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/request\tRedis µs/script call\tscript calls/request\tdenied-cache hits/request\tRedis µs CPU/request\tscript calls/read\n'
+	printf 'target\tdecisions/s\tp50 ms\tp99 ms\tratio to ceiling\tµs CPU/decision\tRedis µs/script call\tscript calls/decision\tdenied-cache hits/decision\tRedis µs CPU/decision\tscript calls/read\n'
 	for t in "${TARGETS[@]}"; do
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$(median "$t" 3)" "$(median "$t" 4)" "$(median "$t" 5)" \
 			"$(median "$t" 12)" "$(median "$t" 6)" "$(median "$t" 7)" "$(median "$t" 8)" "$(median "$t" 9)" "$(median "$t" 10)" "$(median "$t" 11)"
 	done
 } | column -t -s $'\t'
+# The client rows' table: their decisions/s, p99, and CPU per decision of
+# the service and Redis from $RESULTS; the client's CPU per decision and
+# decisions per request from $CLIENT_RESULTS; and the ratio of each
+# round's decisions/s to the requests/s of the same store's 1-allowed row
+# in that round.
+if [ -s "$CLIENT_RESULTS" ]; then
+	awk -F'\t' -v OFS='\t' 'NR == FNR {if ($1 ~ / 1-allowed$/) rest[substr($1, 1, index($1, " ") - 1), $2] = $3
+			if ($1 ~ / client(-rest)?$/) rate[$1, $2] = $3; next}
+		{store = substr($1, 1, index($1, " ") - 1); r = rest[store, $2]
+			print $0, r ? sprintf("%.2f", rate[$1, $2] / r) : "-"}' "$RESULTS" "$CLIENT_RESULTS" >"$CLIENT_RESULTS.ratio"
+	mv "$CLIENT_RESULTS.ratio" "$CLIENT_RESULTS"
+	echo
+	echo "client rows: scripts/clientload, $CLIENT_GOROUTINES goroutines, one token of bench_allowed_one per call (a decision)"
+	{
+		printf 'target\tdecisions/s\tp99 ms\tservice µs CPU/decision\tRedis µs CPU/decision\tclient µs CPU/decision\tdecisions/request\tx 1-allowed requests/s\n'
+		for t in "${TARGETS[@]}"; do
+			case ${t#* } in client | client-rest) ;; *) continue ;; esac
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$(median "$t" 3)" "$(median "$t" 5)" "$(median "$t" 6)" "$(median "$t" 10)" \
+				"$(median "$t" 3 "$CLIENT_RESULTS")" "$(median "$t" 4 "$CLIENT_RESULTS")" "$(median "$t" 5 "$CLIENT_RESULTS")"
+		done
+	} | column -t -s $'\t'
+fi
 echo
 echo "each round:"
 {
-	printf 'target\tround\trequests/s\tratio to its round'"'"'s ceiling\tµs CPU/request\tRedis µs CPU/request\tscript calls/request\n'
+	printf 'target\tround\tdecisions/s\tratio to its round'"'"'s ceiling\tµs CPU/decision\tRedis µs CPU/decision\tscript calls/decision\n'
 	awk -F'\t' -v OFS='\t' '{print $1, $2, $3, $12, $6, $10, $8}' "$RESULTS"
 } | column -t -s $'\t'
 [ -z "$NGINX" ] || . "$(dirname "$0")/bench-nginx.sh"

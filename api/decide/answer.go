@@ -65,6 +65,14 @@ type scratch struct {
 	// x is the request's passage through the edge, which holds the
 	// answer's headers.
 	x *edge.Exchange
+	// calls are the requests of /v1/decisions that its Limiter decides;
+	// ends[i] is where calls[i]'s buckets end in reqs. slots are the
+	// requests in body order: k >= 0 for calls[k], -1-k for refused[k],
+	// the problem of a request refused before a decision.
+	calls   []limiter.Call
+	ends    []int
+	slots   []int
+	refused []error
 	// names interns limit names and periods: they repeat across requests,
 	// and a pooled scratch needs no lock to look them up.
 	names   map[string]string
@@ -75,7 +83,9 @@ type scratch struct {
 // or unusual request does not pin its memory.
 const (
 	maxPooledBody = 64 << 10
-	maxInterned   = 256
+	// maxPooledItems bounds the buckets, decisions and requests kept.
+	maxPooledItems = 4096
+	maxInterned    = 256
 	// maxLimitName is the longest limit name (limiter.NameProblem).
 	maxLimitName = 64
 )
@@ -87,7 +97,14 @@ func (sc *scratch) reset(x *edge.Exchange) {
 	if cap(sc.out) > maxPooledBody {
 		sc.out = nil
 	}
+	if cap(sc.reqs) > maxPooledItems || cap(sc.decisions) > maxPooledItems || cap(sc.calls) > maxPooledItems {
+		sc.reqs, sc.decisions, sc.calls = nil, nil, nil
+	}
 	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
+	// Calls hold leases and errors: dropped, not kept.
+	clear(sc.calls)
+	clear(sc.refused)
+	sc.calls, sc.ends, sc.slots, sc.refused = sc.calls[:0], sc.ends[:0], sc.slots[:0], sc.refused[:0]
 }
 
 // intern returns b as a string, without allocating when it was seen before.

@@ -36,6 +36,9 @@ type Limiter interface {
 	Acquire(ctx context.Context, reqs []limiter.Request, ttl time.Duration) (limiter.LeaseResult, error)
 	Release(ctx context.Context, id string) (bool, error)
 	Renew(ctx context.Context, id string, ttl time.Duration) (limiter.Lease, error)
+	// DecideMany answers the requests of /v1/decisions, each as its
+	// single method would.
+	DecideMany(ctx context.Context, calls []limiter.Call, dst []limiter.Decision) []limiter.Decision
 	// FailOpen is the store failure policy, which a release or renewal
 	// that cannot reach the store follows as a decision does.
 	FailOpen() bool
@@ -118,6 +121,7 @@ var routes = []route{
 	{"/v1/acquire", []auth.Scope{auth.Decide}, (*Handler).acquire},
 	{"/v1/release", []auth.Scope{auth.Decide}, (*Handler).release},
 	{"/v1/renew", []auth.Scope{auth.Decide}, (*Handler).renew},
+	{routeDecisions, []auth.Scope{auth.Decide}, (*Handler).decisions},
 }
 
 // Paths are the paths the Handler serves, each with the POST method only.
@@ -199,13 +203,18 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch, op
 	if err != nil {
 		return err
 	}
-	h.cfg.Observer.ObserveDecisions(op, res)
-	h.cfg.Observer.ObserveUnits(op, reqs, res)
 	sc.x.AddRateLimit(op, res)
-	sc.fill(op, res)
-	sc.out = sc.result.appendJSON(sc.out)
+	sc.out = append(h.appendDecision(sc, sc.out, op, reqs, res), '\n')
 	sc.answer(w)
 	return nil
+}
+
+// appendDecision counts a decision's buckets and appends its answer to b.
+func (h *Handler) appendDecision(sc *scratch, b []byte, op limiter.Op, reqs []limiter.Request, res limiter.Result) []byte {
+	h.cfg.Observer.ObserveDecisions(op, res)
+	h.cfg.Observer.ObserveUnits(op, reqs, res)
+	sc.fill(op, res)
+	return sc.result.appendJSON(b)
 }
 
 // reset makes buckets full again.
@@ -248,14 +257,27 @@ func (h *Handler) read(r *http.Request, sc *scratch, f form, more func(input.Obj
 		sc.reqs = reqs
 		return reqs, nil
 	}
-	reqs, errs, err := decodeStrict(sc.body, sc.reqs[:0], f, more)
+	b, err := input.Parse(sc.body)
 	if err != nil {
 		return nil, err
 	}
-	sc.reqs = reqs
+	sc.reqs, err = h.readStrict(b, sc.reqs[:0], f, more)
+	return sc.reqs, err
+}
+
+// readStrict reads the buckets of a parsed body, appending them to dst.
+// One with invalid values is a 422 that also names the buckets the
+// Limiter would refuse, so that one answer lists every bad field and
+// nothing is spent.
+func (h *Handler) readStrict(b *input.Body, dst []limiter.Request, f form, more func(input.Object, *input.Errors)) ([]limiter.Request, error) {
+	start := len(dst)
+	reqs, errs, err := readBuckets(b, dst, f, more)
+	if err != nil {
+		return reqs, err
+	}
 	if !errs.Empty() {
-		h.bucketErrors(reqs, errs)
-		return nil, errs.Err()
+		h.bucketErrors(reqs[start:], errs)
+		return reqs, errs.Err()
 	}
 	return reqs, nil
 }

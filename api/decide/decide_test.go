@@ -35,6 +35,9 @@ func (panicking) Renew(context.Context, string, time.Duration) (limiter.Lease, e
 	panic("a bug")
 }
 func (panicking) FailOpen() bool { return false }
+func (panicking) DecideMany(context.Context, []limiter.Call, []limiter.Decision) []limiter.Decision {
+	panic("a bug")
+}
 
 // allowAll authenticates any token as admin.
 type allowAll struct{}

@@ -26,31 +26,21 @@ import (
 // per JSON value; this one costs a pass over the bytes and the strings.
 func decodeFast(body []byte, dst []limiter.Request, f form, sc *scratch) ([]limiter.Request, bool) {
 	p := jsonScanner{b: body}
-	if !p.next('{') || !p.key("buckets") || !p.next('[') {
+	if !p.next('{') || !p.key("buckets") {
 		return dst, false
 	}
-	for {
-		if len(dst) == limiter.MaxBatch {
-			return dst, false
-		}
-		req, ok := p.bucket(f, sc)
-		if !ok {
-			return dst, false
-		}
-		dst = append(dst, req)
-		if p.next(',') {
-			continue
-		}
-		if p.next(']') {
-			break
-		}
-		return dst, false
-	}
+	dst, any, all, ok := p.buckets(dst, sc)
+	return dst, ok && f.fits(any, all) && p.end()
+}
+
+// end consumes the body's closing brace, which nothing but white space
+// may follow.
+func (p *jsonScanner) end() bool {
 	if !p.next('}') {
-		return dst, false
+		return false
 	}
 	p.space()
-	return dst, p.i == len(p.b)
+	return p.i == len(p.b)
 }
 
 // jsonScanner reads the few JSON forms decodeFast takes.
@@ -134,67 +124,112 @@ func (p *jsonScanner) cost() (int64, bool) {
 	return n, true
 }
 
-// bucket consumes one bucket object.
-func (p *jsonScanner) bucket(f form, sc *scratch) (limiter.Request, bool) {
+// The members of a bucket beside limit and bucket_id, as bits.
+const (
+	keyCost uint8 = 1 << iota
+	keyActual
+	keyReserved
+)
+
+// fits reports whether buckets that hold the members any, together, and
+// all, each, are of form f: a settle's each hold actual and none a cost.
+func (f form) fits(any, all uint8) bool {
+	switch f {
+	case bare:
+		return any == 0
+	case costed:
+		return any&^keyCost == 0
+	}
+	return all&keyActual != 0 && any&keyCost == 0
+}
+
+// buckets consumes a list of 1 to limiter.MaxBatch buckets, appending
+// them to dst, and returns the members they hold beside limit and
+// bucket_id, together and each (fits).
+func (p *jsonScanner) buckets(dst []limiter.Request, sc *scratch) (out []limiter.Request, any, all uint8, ok bool) {
+	if !p.next('[') {
+		return dst, 0, 0, false
+	}
+	all = keyCost | keyActual | keyReserved
+	for n := 0; ; n++ {
+		if n == limiter.MaxBatch {
+			return dst, 0, 0, false
+		}
+		req, keys, ok := p.bucket(sc)
+		if !ok {
+			return dst, 0, 0, false
+		}
+		dst, any, all = append(dst, req), any|keys, all&keys
+		if p.next(',') {
+			continue
+		}
+		return dst, any, all, p.next(']')
+	}
+}
+
+// bucket consumes one bucket object and returns the members it holds
+// beside limit and bucket_id: a cost, or a settle's actual, which takes
+// its place, and reserved, each a non-negative integer (a settle's at
+// most limiter.MaxCost). A cost left out is 1.
+func (p *jsonScanner) bucket(sc *scratch) (limiter.Request, uint8, bool) {
 	req := limiter.Request{Cost: 1}
 	if !p.next('{') {
-		return req, false
+		return req, 0, false
 	}
-	var haveLimit, haveID, haveCost, haveReserved bool
+	var haveLimit, haveID bool
+	var keys uint8
 	for {
 		k, ok := p.str()
 		if !ok || !p.next(':') {
-			return req, false
+			return req, 0, false
 		}
-		switch string(k) {
+		switch key := string(k); key {
 		case "limit":
 			v, ok := p.str()
 			if !ok || haveLimit {
-				return req, false
+				return req, 0, false
 			}
 			req.Limit, haveLimit = sc.intern(v), true
 		case "bucket_id":
 			v, ok := p.str()
 			if !ok || haveID {
-				return req, false
+				return req, 0, false
 			}
 			req.BucketID, haveID = string(v), true
-		case "cost", "actual":
-			// A settle's actual takes the place of the cost.
-			if string(k) == "actual" != (f == settled) || f == bare {
-				return req, false
+		case "cost", "actual", "reserved":
+			bit := keyCost
+			switch key {
+			case "actual":
+				bit = keyActual
+			case "reserved":
+				bit = keyReserved
 			}
 			v, ok := p.cost()
-			if !ok || haveCost || f == settled && v > limiter.MaxCost {
-				return req, false
+			// Each at most once, a cost or an actual, not both, and a
+			// settle's amounts at most limiter.MaxCost.
+			if !ok || keys&bit != 0 || bit != keyReserved && keys&(keyCost|keyActual) != 0 || bit != keyCost && v > limiter.MaxCost {
+				return req, 0, false
 			}
-			req.Cost, haveCost = v, true
-		case "reserved":
-			if f != settled {
-				return req, false
+			keys |= bit
+			if bit == keyReserved {
+				req.Reserved = v
+			} else {
+				req.Cost = v
 			}
-			v, ok := p.cost()
-			if !ok || haveReserved || v > limiter.MaxCost {
-				return req, false
-			}
-			req.Reserved, haveReserved = v, true
 		default:
-			return req, false
+			return req, 0, false
 		}
 		if p.next(',') {
 			continue
 		}
-		if p.next('}') {
-			// A settle's actual has no default.
-			return req, haveLimit && haveID && (f != settled || haveCost)
-		}
-		return req, false
+		return req, keys, p.next('}') && haveLimit && haveID
 	}
 }
 
 // appendJSON appends r as encoding/json's Encoder would write it, without
-// HTML escaping; a test holds the two equal. It exists because the answer
-// is written on every decision, and reflection was a large part of that.
+// HTML escaping and the newline; a test holds the two equal. It exists
+// because the answer is written on every decision, and reflection was a
+// large part of that.
 func (r *result) appendJSON(b []byte) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
@@ -225,7 +260,7 @@ func (r *result) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	return append(b, "}\n"...)
+	return append(b, '}')
 }
 
 func (d *decision) appendJSON(b []byte) []byte {

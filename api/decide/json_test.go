@@ -93,13 +93,13 @@ func FuzzDecisionJSON(f *testing.F) {
 		if err := enc.Encode(&r); err != nil {
 			t.Fatal(err)
 		}
-		if got := r.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+		if got := append(r.appendJSON(nil), '\n'); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want.Bytes())
 		}
 		empty := result{}
 		want.Reset()
 		_ = enc.Encode(&empty)
-		if got := empty.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+		if got := append(empty.appendJSON(nil), '\n'); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("appendJSON of nothing: %s, want %s", got, want.Bytes())
 		}
 	})
@@ -143,4 +143,54 @@ func TestHugeBatchReadsOnlyTheMost(t *testing.T) {
 	if f := ve.Fields[0]; f.Field != "buckets" || f.Message != "must hold at most 100 items" {
 		t.Errorf("first error %+v", f)
 	}
+}
+
+// manySeeds are bodies of /v1/decisions for the bulk decoder's fuzzer:
+// the common form, its members in other orders, and what is near it.
+var manySeeds = []string{
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1","cost":1}]}]}`,
+	`{"requests":[{"buckets":[{"bucket_id":"1","limit":"L"}],"op":"check"},{"op":"settle","buckets":[{"limit":"L","bucket_id":"1","reserved":1,"actual":2}]}]}`,
+	`{"requests":[{"op":"refund","buckets":[{"limit":"L","bucket_id":"1"}]},{"op":"acquire","buckets":[{"limit":"C","bucket_id":"1"}],"ttl_ms":5}]}`,
+	`{"requests":[{"op":"release","lease_id":"lse_aaaaaaaaaaaaaaaaaaaaaaaaaa"},{"op":"renew","lease_id":"x","ttl_ms":0}]}`,
+	`{"requests":[{"op":"spend","op":"check","buckets":[{"limit":"L","bucket_id":"1"}]}]}`,
+	`{"requests":[{"op":"frob","op":"spend","buckets":[{"limit":"L","bucket_id":"1"}]}]}`,
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1"}],"buckets":[]}]}`,
+	`{"requests":[{"op":"settle","buckets":[{"limit":"L","bucket_id":"1","cost":2}]}]}`,
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1","actual":2}]}]}`,
+	`{"requests":[{"op":"spend","buckets":[]}]}`,
+	`{"requests":[]}`,
+	`{"requests":[{"op":"spend","requests":[{"op":"spend"}]}]}`,
+	`{"requests":[{"op":{"op":"spend"},"buckets":[{"limit":"L","bucket_id":"1"}]}]}`,
+	`{"requests":[5,null,"spend",[]]}`,
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1","cost":1e400}]}]}`,
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"a\u0000b","cost":99999999999999999999999}]}]}`,
+	"{\"requests\":[{\"op\":\"spend\",\"buckets\":[{\"limit\":\"L\",\"bucket_id\":\"\xff\"}]}]}",
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1"}]}],"requests":[]}`,
+	`{"requests":[{"op":"spend","buckets":[{"limit":"L","bucket_id":"1"}]}],"x":1}`,
+	` { "requests" : [ { "op" : "check" , "buckets" : [ { "limit" : "L" , "bucket_id" : "1" , "cost" : 0 } ] } ] } `,
+}
+
+// FuzzManyDecoder holds the bulk decoder's fast path to its strict one:
+// every body the fast path takes, the strict one takes too, refusing no
+// request, and reads into the same requests. Neither may panic.
+func FuzzManyDecoder(f *testing.F) {
+	for _, s := range manySeeds {
+		f.Add([]byte(s))
+	}
+	h := New(Config{Limiter: limiter.New(limiter.Config{})})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		strict := &scratch{body: body}
+		err := h.decodeManyStrict(strict)
+		fast := &scratch{body: body}
+		if !decodeManyFast(body, fast) {
+			return
+		}
+		if err != nil || len(strict.refused) > 0 {
+			t.Fatalf("the fast decoder took %q, the strict one says %v %v", body, err, strict.refused)
+		}
+		if !reflect.DeepEqual(fast.calls, strict.calls) || !reflect.DeepEqual(fast.ends, strict.ends) ||
+			!reflect.DeepEqual(fast.reqs, strict.reqs) || !reflect.DeepEqual(fast.slots, strict.slots) {
+			t.Fatalf("%q: fast %+v %v %+v, strict %+v %v %+v", body, fast.calls, fast.ends, fast.reqs, strict.calls, strict.ends, strict.reqs)
+		}
+	})
 }

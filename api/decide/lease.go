@@ -52,12 +52,17 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, sc *scratch) e
 	if err != nil {
 		return err
 	}
-	h.cfg.Observer.ObserveAcquire(res.Result)
 	sc.x.AddRateLimit(limiter.Spend, res.Result)
-	sc.fillAcquire(res)
-	sc.out = sc.result.appendJSON(sc.out)
+	sc.out = append(h.appendAcquired(sc, sc.out, res), '\n')
 	sc.answer(w)
 	return nil
+}
+
+// appendAcquired counts an acquire's buckets and appends its answer to b.
+func (h *Handler) appendAcquired(sc *scratch, b []byte, res limiter.LeaseResult) []byte {
+	h.cfg.Observer.ObserveAcquire(res.Result)
+	sc.fillAcquire(res)
+	return sc.result.appendJSON(b)
 }
 
 // release frees a lease's units. A lease that is gone is no error, so
@@ -69,17 +74,26 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request, sc *scratch) e
 		return err
 	}
 	released, err := h.cfg.Limiter.Release(r.Context(), id)
-	degraded, err := h.degraded(err)
-	if err != nil {
+	if sc.out, err = h.appendReleased(sc.out, released, err); err != nil {
 		return err
 	}
-	b := append(sc.out, `{"released":`...)
+	sc.out = append(sc.out, '\n')
+	sc.answer(w)
+	return nil
+}
+
+// appendReleased appends the answer of a release that answered released
+// and err to b, or returns the error that answers it.
+func (h *Handler) appendReleased(b []byte, released bool, err error) ([]byte, error) {
+	degraded, err := h.degraded(err)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, `{"released":`...)
 	b = strconv.AppendBool(b, released)
 	b = append(b, `,"degraded":`...)
 	b = strconv.AppendBool(b, degraded)
-	sc.out = append(b, "}\n"...)
-	sc.answer(w)
-	return nil
+	return append(b, '}'), nil
 }
 
 // renew extends a lease. One that no longer holds its units is a 404:
@@ -93,12 +107,23 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request, sc *scratch) err
 		return err
 	}
 	l, err := h.cfg.Limiter.Renew(r.Context(), id, ttl)
+	if sc.out, err = h.appendRenewed(sc, sc.out, id, ttl, l, err); err != nil {
+		return err
+	}
+	sc.out = append(sc.out, '\n')
+	sc.answer(w)
+	return nil
+}
+
+// appendRenewed appends the answer of a renewal of lease id by ttl that
+// answered l and err to b, or returns the error that answers it.
+func (h *Handler) appendRenewed(sc *scratch, b []byte, id string, ttl time.Duration, l limiter.Lease, err error) ([]byte, error) {
 	if errors.Is(err, limiter.ErrLeaseNotFound) {
-		return problem.Errorf(http.StatusNotFound, "the lease does not exist: it expired, was released or was never held; its units may be another's")
+		return b, problem.Errorf(http.StatusNotFound, "the lease does not exist: it expired, was released or was never held; its units may be another's")
 	}
 	degraded, err := h.degraded(err)
 	if err != nil {
-		return err
+		return b, err
 	}
 	if degraded {
 		if ttl == 0 {
@@ -107,13 +132,11 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request, sc *scratch) err
 		l = limiter.Lease{ID: id, Expires: h.cfg.Now().Add(ttl)}
 	}
 	sc.lease = lease{ID: l.ID, ExpiresAt: l.Expires.UTC()}
-	b := append(sc.out, `{"lease":`...)
+	b = append(b, `{"lease":`...)
 	b = sc.lease.appendJSON(b)
 	b = append(b, `,"degraded":`...)
 	b = strconv.AppendBool(b, degraded)
-	sc.out = append(b, "}\n"...)
-	sc.answer(w)
-	return nil
+	return append(b, '}'), nil
 }
 
 // degraded applies the fail mode to the error of a release or renewal: a
@@ -138,6 +161,11 @@ func (h *Handler) readLease(r *http.Request, sc *scratch, renewal bool) (string,
 	if err != nil {
 		return "", 0, err
 	}
+	return readLeaseFields(b, renewal)
+}
+
+// readLeaseFields reads the fields of a parsed release or renewal.
+func readLeaseFields(b *input.Body, renewal bool) (string, time.Duration, error) {
 	o := b.Root()
 	o.Require("lease_id")
 	id, ok := o.String("lease_id")

@@ -21,6 +21,11 @@ func decodeStrict(body []byte, dst []limiter.Request, f form, more func(input.Ob
 	if err != nil {
 		return dst, nil, err
 	}
+	return readBuckets(b, dst, f, more)
+}
+
+// readBuckets reads the buckets of a parsed body, as decodeStrict says.
+func readBuckets(b *input.Body, dst []limiter.Request, f form, more func(input.Object, *input.Errors)) ([]limiter.Request, *input.Errors, error) {
 	o := b.Root()
 	if more != nil {
 		more(o, &b.Errs)

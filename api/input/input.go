@@ -68,11 +68,13 @@ func Read(r *http.Request, buf []byte) ([]byte, error) {
 // node is one parsed value: its kind ('{', '[', '"', '0', 't', 'f' or
 // 'n'), where it began, and its contents.
 type node struct {
-	kind    jsontext.Kind
-	off     int64
-	text    string // a string's value, a number's literal
-	members []member
-	items   []*node
+	kind jsontext.Kind
+	// off is where the value before it ended (the value begins after the
+	// white space and separator between), end where it ends.
+	off, end int64
+	text     string // a string's value, a number's literal
+	members  []member
+	items    []*node
 	// ignored is set when the value's contents are not the request's: it
 	// is of the wrong type, or an item beyond what its reader takes. None
 	// of them is an unknown field.
@@ -87,6 +89,7 @@ type member struct {
 
 // Body is a parsed body and the errors found in it so far.
 type Body struct {
+	data []byte
 	root *node
 	// at maps the path of every value read to where it stood, so that
 	// errors found later, by the domain, sort into body order.
@@ -120,7 +123,7 @@ func Parse(data []byte) (*Body, error) {
 	if err == nil {
 		if _, err = p.dec.ReadToken(); err == io.EOF {
 			at := map[string]int64{}
-			return &Body{root: root, at: at, Errs: Errors{at: at}}, nil
+			return &Body{data: data, root: root, at: at, Errs: Errors{at: at}}, nil
 		} else if err == nil {
 			return nil, &Error{Detail: "the body holds more than one JSON value"}
 		}
@@ -183,12 +186,15 @@ func (p *parser) value() (*node, error) {
 		}
 	case '"', '0':
 		n.text = tok.String()
+		n.end = p.dec.InputOffset()
 		return n, nil
 	default:
+		n.end = p.dec.InputOffset()
 		return n, nil
 	}
 	// The closing delimiter, or the error PeekKind saw.
 	_, err = p.dec.ReadToken()
+	n.end = p.dec.InputOffset()
 	return n, err
 }
 
@@ -530,6 +536,29 @@ func (o Object) Objects(name string, most int, each func(int, Object)) (n int, o
 		each(i, Object{b: o.b, n: item, path: ip})
 	}
 	return len(v.items), true
+}
+
+// Values reads an array member and returns the text of each of its first
+// most items, for a caller that reads each as a body of its own (Parse);
+// the others are left unread, and the caller words the error of a count
+// above most. It returns the count of items; ok is false when the member
+// is absent or not an array.
+func (o Object) Values(name string, most int) (items [][]byte, n int, ok bool) {
+	v := o.get(name)
+	switch {
+	case v == nil:
+		return nil, 0, false
+	case v.kind != '[':
+		o.b.wrong(Join(o.path, name), v, "an array")
+		return nil, 0, false
+	}
+	// Read as bodies of their own, the items are not this body's to check.
+	v.ignored = true
+	for _, item := range v.items[:min(len(v.items), most)] {
+		// An item's offset is where the value before it ended.
+		items = append(items, bytes.TrimLeft(o.b.data[item.off:item.end], " \t\r\n,"))
+	}
+	return items, len(v.items), true
 }
 
 // MediaProblem says why a body declared by the Content-Type value ct

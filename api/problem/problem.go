@@ -135,11 +135,17 @@ func Internal(p *Problem) {
 	p.Status, p.Detail = http.StatusInternalServerError, "internal error"
 }
 
+// Complete fills in p's type and title from its status, for a problem
+// written inside another answer; Write does it itself.
+func Complete(p *Problem) {
+	p.Type, p.Title = Type(p.Status), http.StatusText(p.Status)
+}
+
 // Write answers p's status with body, which is p or embeds it, as
 // application/problem+json; the challenge of a 401 and the Retry-After of
 // a 503 go with it. It fills in p's type and title from its status.
 func Write(w http.ResponseWriter, err error, p *Problem, body any) {
-	p.Type, p.Title = Type(p.Status), http.StatusText(p.Status)
+	Complete(p)
 	h := w.Header()
 	var pe *Error
 	if p.Status == http.StatusUnauthorized && errors.As(err, &pe) && pe.Challenge != "" {

@@ -173,8 +173,9 @@ type answer struct {
 	body   []byte
 	// listing is GET /v1/limits read after a defaults import.
 	listing []byte
-	// race holds the answers of the operations of an opRace.
-	race []answer
+	// race holds the answers of the operations of an opRace; many those
+	// of an opMany, each its route's status and body.
+	race, many []answer
 	// order says how a problem's field errors are out of body order.
 	order string
 	// skipped reports an operation the driver did not send (op.ifExists).
@@ -862,6 +863,8 @@ func (m *model) apply(o *op, a answer) string {
 		return m.release(o, a)
 	case opRenew:
 		return m.renew(o, a)
+	case opMany:
+		return m.many(o, a)
 	}
 	return mismatchf("unknown operation %v", o.kind)
 }

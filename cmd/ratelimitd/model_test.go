@@ -150,6 +150,9 @@ const (
 	opAcquire
 	opRelease
 	opRenew
+	// opMany sends its operations in one request to /v1/decisions
+	// (model_many_test.go).
+	opMany
 )
 
 // bucketOp is one bucket of a decision or a reset.
@@ -201,6 +204,8 @@ type op struct {
 	// their ttl_ms, -1 to leave it out.
 	lease string
 	ttlMS int64
+	// many are the operations of an opMany.
+	many []op
 	// cli makes a token create or revoke a run of the command line on the
 	// service's database, with the flags after the arguments when
 	// flagsLast; the service must then honour it within a second.
@@ -295,6 +300,8 @@ func (o *op) String() string {
 			s += fmt.Sprintf(" ttl_ms %d", o.ttlMS)
 		}
 		return s
+	case opMany:
+		return manyString(o)
 	}
 	return "?"
 }
@@ -456,6 +463,9 @@ func (g *generator) expiry() time.Duration {
 
 func (g *generator) next() op {
 	if o, ok := g.nextKinds(); ok {
+		return o
+	}
+	if o, ok := g.nextMany(); ok {
 		return o
 	}
 	r := g.r
@@ -1040,6 +1050,8 @@ func (d *driver) do(o *op) answer {
 		}
 		wg.Wait()
 		return answer{race: answers}
+	case opMany:
+		return d.doMany(o)
 	}
 	return d.doKinds(o)
 }

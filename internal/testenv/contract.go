@@ -85,6 +85,34 @@ func (c *Contract) Check(req *http.Request, status int, header http.Header, body
 	return name, nil
 }
 
+// CheckRequest validates a request, whose body is body, against the
+// document: its route, parameters and body. Its security is the service's
+// to check, not the document's.
+func (c *Contract) CheckRequest(req *http.Request, body []byte) error {
+	pathOnly := req.Clone(req.Context())
+	pathOnly.URL = &url.URL{Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	pathOnly.Body = io.NopCloser(bytes.NewReader(body))
+	route, params, err := c.router.FindRoute(pathOnly)
+	if err != nil {
+		return fmt.Errorf("%s %s is not in openapi.yaml: %w", req.Method, req.URL.Path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: pathOnly, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+		return fmt.Errorf("the request does not match openapi.yaml: %w", err)
+	}
+	return nil
+}
+
+// OpenAPI returns the contract of openapi.yaml.
+func OpenAPI(t testing.TB) *Contract {
+	c, err := openAPI()
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	return c
+}
+
 // openAPI is the contract of openapi.yaml, loaded once per test binary.
 var openAPI = sync.OnceValues(func() (*Contract, error) { return NewContract(ratelimitd.OpenAPI()) })
 
@@ -95,10 +123,7 @@ var openAPI = sync.OnceValues(func() (*Contract, error) { return NewContract(rat
 // path and status and one in every after that, so that checking does not
 // take the CPU that a test under load measures.
 func Validating(t testing.TB, next http.RoundTripper, every int) http.RoundTripper {
-	c, err := openAPI()
-	if err != nil {
-		t.Fatalf("openapi.yaml: %v", err)
-	}
+	c := OpenAPI(t)
 	var (
 		seen  sync.Map // "METHOD path status" -> struct{}
 		count atomic.Int64

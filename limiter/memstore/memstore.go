@@ -99,6 +99,14 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, now time.Time, batch []l
 	return commit, nil
 }
 
+// ApplyMany implements limiter.Store: each batch in turn, as Apply.
+func (s *Store) ApplyMany(ctx context.Context, now time.Time, batches []limiter.Batch) {
+	for i := range batches {
+		b := &batches[i]
+		b.Written, b.Err = s.Apply(ctx, b.Op, now, b.Buckets)
+	}
+}
+
 // Reset implements limiter.Store.
 func (s *Store) Reset(_ context.Context, keys []string) error {
 	for _, k := range keys {

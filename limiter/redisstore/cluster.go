@@ -29,6 +29,15 @@ package redisstore
 //   - Refunds, settles and checks work per slot: a refund or settle that
 //     fails on one slot may have been applied on others, and a check may
 //     see the slots at slightly different instants.
+//
+// Many batches in one call (ApplyMany) go the same way, each master's
+// groups in one call of its queue in the order of the batches, so that
+// the batches on one slot run in that order, as on a single node. The
+// masters run at once, so batches on different masters are in no order
+// with each other, which no bucket can tell: a bucket lives on one
+// master. A spend across slots ends its round trip, and the batches after
+// it go in the next, so that they see its tokens given back where a slot
+// denied it, as they would one after the other.
 
 import (
 	"context"
@@ -69,31 +78,106 @@ func NewCluster(client *redis.ClusterClient, opts Options) *Cluster {
 // Apply implements limiter.Store, as the comment at the top of this file
 // describes.
 func (s *Cluster) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []limiter.Bucket) (bool, error) {
-	nowUS := now.UnixMicro()
-	if len(batch) == 0 {
-		return limiter.StepBatch(op, nowUS, batch), nil
-	}
-	var commit bool
-	err := s.bounded(ctx, op.String(), func(ctx context.Context) error {
-		var err error
-		commit, err = s.apply(ctx, op, nowUS, batch)
-		return err
-	})
-	return commit, err
+	b := [1]limiter.Batch{{Op: op, Buckets: batch}}
+	s.ApplyMany(ctx, now, b[:])
+	return b[0].Written, b[0].Err
 }
 
-func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch []limiter.Bucket) (bool, error) {
-	groups := s.groups(batch)
-	parts, err := s.send(ctx, op, nowUS, groups)
-	if err != nil {
-		return false, err
+// ApplyMany implements limiter.Store, as the comment at the top of this
+// file describes for each batch. The batches' groups go to their masters'
+// queues, one call per master holding its groups in the batches' order,
+// all masters at once.
+func (s *Cluster) ApplyMany(ctx context.Context, now time.Time, batches []limiter.Batch) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	s.applyMany(ctx, now.UnixMicro(), batches)
+	for i := range batches {
+		batches[i].Err = named(batches[i].Op.String(), batches[i].Err)
 	}
+}
+
+// applyMany runs the batches in turn, as ApplyMany describes. A spend
+// across slots that one slot denies gives its tokens back on the others
+// after its round trip; so that the batches after it see it given back,
+// as they would one after the other, such a spend ends a round trip, and
+// the batches after it go in the next. Other batches, the common case,
+// all go in one.
+func (s *Cluster) applyMany(ctx context.Context, nowUS int64, batches []limiter.Batch) {
+	groups := make([][]group, len(batches))
+	start := 0
+	for i := range batches {
+		b := &batches[i]
+		if len(b.Buckets) > 0 {
+			groups[i] = s.groups(b.Op, b.Buckets)
+		}
+		if i == len(batches)-1 || b.Op == limiter.Spend && len(groups[i]) > 1 {
+			s.applyGroups(ctx, nowUS, batches[start:i+1], groups[start:i+1])
+			start = i + 1
+		}
+	}
+}
+
+// applyGroups sends the groups of the batches, groups[i] batch i's, in one
+// round trip, decides each batch from its groups' replies, and gives back
+// what spends denied or failed on some slot took on the others.
+func (s *Cluster) applyGroups(ctx context.Context, nowUS int64, batches []limiter.Batch, groups [][]group) {
+	var all []group
+	for i := range batches {
+		if b := &batches[i]; len(b.Buckets) == 0 {
+			b.Written, b.Err = limiter.StepBatch(b.Op, nowUS, b.Buckets), nil
+		}
+		all = append(all, groups[i]...)
+	}
+	if len(all) == 0 {
+		return
+	}
+	parts, err := s.send(ctx, nowUS, all)
+	// undo are the refunds of spends denied or failed on some slots;
+	// undone[k] is the batch of undo[k].
+	var (
+		undo   []limiter.Batch
+		undone []int
+	)
+	for i := range batches {
+		b := &batches[i]
+		if len(b.Buckets) == 0 {
+			continue
+		}
+		if err != nil {
+			b.Written, b.Err = false, err
+			continue
+		}
+		var back []limiter.Bucket
+		n := len(groups[i])
+		b.Written, back, b.Err = decideGroups(b.Op, nowUS, b.Buckets, groups[i], parts[:n])
+		parts = parts[n:]
+		if len(back) > 0 {
+			undo = append(undo, limiter.Batch{Op: limiter.Refund, Buckets: back})
+			undone = append(undone, i)
+		}
+	}
+	if len(undo) == 0 {
+		return
+	}
+	s.applyMany(ctx, nowUS, undo)
+	for k, u := range undo {
+		if b := &batches[undone[k]]; u.Err != nil && b.Err != nil {
+			b.Err = fmt.Errorf("%w; giving back the tokens spent on the other slots failed too: %v", b.Err, u.Err)
+		}
+	}
+}
+
+// decideGroups decides a batch from the replies of its groups, one per
+// slot, and returns the buckets a spend denied or failed on some slot
+// has to give back on the others.
+func decideGroups(op limiter.Op, nowUS int64, batch []limiter.Bucket, groups []group, parts []part) (bool, []limiter.Bucket, error) {
 	if len(groups) == 1 {
 		// One slot: as atomic as on a single node.
 		if parts[0].err != nil {
-			return false, parts[0].err
+			return false, nil, parts[0].err
 		}
-		return decide(op, nowUS, parts[0].reply, parts[0].run.keys, batch)
+		written, err := decide(op, nowUS, parts[0].reply, parts[0].run.keys, batch)
+		return written, nil, err
 	}
 	errs := make([]error, len(groups))
 	denied := false
@@ -125,21 +209,16 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 	}
 	// The decisions on the whole batch, from the TATs the slots read.
 	commit := limiter.StepBatch(op, nowUS, batch)
-	err = slotErrors(errs)
+	err := slotErrors(errs)
 	if op != limiter.Spend || !denied && err == nil {
-		return commit && err == nil, err
-	}
-	if len(undo) > 0 {
-		if _, undoErr := s.apply(ctx, limiter.Refund, nowUS, undo); undoErr != nil && err != nil {
-			err = fmt.Errorf("%w; giving back the tokens spent on the other slots failed too: %v", err, undoErr)
-		}
+		return commit && err == nil, nil, err
 	}
 	if denied {
 		// A denial stands even when a slot failed: failing open on the
 		// error would admit the batch.
-		return false, nil
+		err = nil
 	}
-	return false, err
+	return false, undo, err
 }
 
 // send runs the groups' script calls, each through the queue of the master
@@ -147,7 +226,7 @@ func (s *Cluster) apply(ctx context.Context, op limiter.Op, nowUS int64, batch [
 // with their replies or errors. A call given up on while queued (its
 // context ended) stays its queue's: its groups get the context's error,
 // and nothing of the call is read.
-func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups []group) ([]part, error) {
+func (s *Cluster) send(ctx context.Context, nowUS int64, groups []group) ([]part, error) {
 	type nodeCall struct {
 		q      *queue
 		call   *scriptCall
@@ -156,7 +235,7 @@ func (s *Cluster) send(ctx context.Context, op limiter.Op, nowUS int64, groups [
 	}
 	var calls []*nodeCall
 	for i, g := range groups {
-		run := s.run(scriptRun{}, op, nowUS, g.batch)
+		run := s.run(scriptRun{}, g.op, nowUS, g.batch)
 		q, err := s.queueFor(ctx, run.keys[0])
 		if err != nil {
 			return nil, err
@@ -299,6 +378,8 @@ func bySlot(keys []string, slot func(string) uint16) [][]int {
 // group is the part of a batch in one hash slot, which one script call
 // handles.
 type group struct {
+	// op is the batch's.
+	op   limiter.Op
 	slot uint16
 	// batch holds copies of the buckets; pos[j] is where batch[j] is in
 	// the caller's batch.
@@ -306,15 +387,15 @@ type group struct {
 	pos   []int
 }
 
-// groups splits batch by hash slot.
-func (s *Cluster) groups(batch []limiter.Bucket) []group {
+// groups splits a batch of op by hash slot.
+func (s *Cluster) groups(op limiter.Op, batch []limiter.Bucket) []group {
 	keys := make([]string, len(batch))
 	for i := range batch {
 		keys[i] = s.prefix + string(batch[i].Key)
 	}
 	var groups []group
 	for _, pos := range bySlot(keys, keySlot) {
-		g := group{slot: keySlot(keys[pos[0]]), pos: pos}
+		g := group{op: op, slot: keySlot(keys[pos[0]]), pos: pos}
 		for _, i := range pos {
 			g.batch = append(g.batch, batch[i])
 		}

@@ -247,6 +247,66 @@ func TestCoalescedCall(t *testing.T) {
 	}
 }
 
+// TestManyJoinsTheCallsInFlight: the batches of one ApplyMany, queued
+// between two calls behind a full wire, go into the same script call as
+// them, in order, each batch all or nothing on its own.
+func TestManyJoinsTheCallsInFlight(t *testing.T) {
+	client := testenv.Redis(t)
+	g := newGate()
+	client.AddHook(g)
+	p := prefix(t, client)
+	s := redisstore.New(client, redisstore.Options{Prefix: p, Timeout: patient})
+	ctx := context.Background()
+	now := time.Now()
+	two := limiter.Params{Burst: 2, Count: 2, Period: time.Hour}
+	if _, err := s.Apply(ctx, limiter.Check, now, batchOf("1:load")); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	held := g.fill(t, func() error { return errOf(s.Apply(ctx, limiter.Check, now, batchOf("1:held"))) })
+	before, wg := queueCalls(t, s, now, []limiter.Bucket{bucketOf("1:x", two, 1)})
+	batches := []limiter.Batch{
+		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("1:x", two, 1)}},                          // the second token of 1:x
+		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("2:y", two, 1), bucketOf("1:x", two, 1)}}, // denied by 1:x: 2:y untouched
+		{Op: limiter.Refund, Buckets: []limiter.Bucket{bucketOf("1:x", two, 1)}},
+		{Op: limiter.Check, Buckets: []limiter.Bucket{bucketOf("1:x", two, 0), bucketOf("2:y", two, 0)}},
+	}
+	wg.Go(func() { s.ApplyMany(ctx, now, batches) })
+	waitQueued(t, s, 2)
+	after := []*queuedCall{{batch: []limiter.Bucket{bucketOf("1:x", two, 1)}}}
+	wg.Go(func() { after[0].written, after[0].err = s.Apply(ctx, limiter.Spend, now, after[0].batch) })
+	waitQueued(t, s, 3)
+	g.release()
+	wg.Wait()
+	held.Wait()
+
+	want := []string{p + "1:x", p + "1:x", p + "2:y", p + "1:x", p + "1:x", p + "1:x", p + "2:y", p + "1:x"}
+	if scripts := g.recorded(); !slices.ContainsFunc(scripts, func(keys []string) bool { return slices.Equal(keys, want) }) {
+		t.Fatalf("the calls and the batches were not one script call of their keys in order: script calls %q", scripts)
+	}
+	for i, b := range batches {
+		if b.Err != nil {
+			t.Fatalf("batch %d: %v", i, b.Err)
+		}
+	}
+	if before[0].err != nil || after[0].err != nil {
+		t.Fatal(before[0].err, after[0].err)
+	}
+	nowUS := now.UnixMicro()
+	T := two.Rate().Interval
+	switch {
+	case !before[0].written || !batches[0].Written:
+		t.Errorf("the first two spends of 1:x: %v and %v, want both written", before[0].written, batches[0].Written)
+	case batches[1].Written || batches[1].Buckets[0].Next != 0:
+		t.Errorf("the batch denied by 1:x: written %v, 2:y %+v", batches[1].Written, batches[1].Buckets[0])
+	case !batches[2].Written || batches[2].Buckets[0].TAT != nowUS+2*T:
+		t.Errorf("the refund read %d, want the two spends' %d", batches[2].Buckets[0].TAT, nowUS+2*T)
+	case batches[3].Buckets[0].TAT != nowUS+T || batches[3].Buckets[1].TAT != 0:
+		t.Errorf("the check read 1:x %d and 2:y %d, want %d and 0", batches[3].Buckets[0].TAT, batches[3].Buckets[1].TAT, nowUS+T)
+	case !after[0].written || after[0].batch[0].TAT != nowUS+T:
+		t.Errorf("the spend after the batches: written %v, read %d, want the refunded bucket's %d", after[0].written, after[0].batch[0].TAT, nowUS+T)
+	}
+}
+
 // TestCoalescedSpendsAdmitExactlyTheBurst: many goroutines spending on one
 // bucket over a slow wire, so that their calls share script calls, admit
 // exactly its burst.

@@ -41,30 +41,70 @@ func NewNode(client redis.UniversalClient, opts Options) *Node {
 
 // Apply implements limiter.Store.
 func (s *Node) Apply(ctx context.Context, op limiter.Op, now time.Time, batch []limiter.Bucket) (bool, error) {
+	b := [1]limiter.Batch{{Op: op, Buckets: batch}}
+	s.ApplyMany(ctx, now, b[:])
+	return b[0].Written, b[0].Err
+}
+
+// ApplyMany implements limiter.Store. The batches go to the queue as one
+// call of a part each, so that they share script calls with each other
+// and with the calls in flight, one after the other in their order
+// (queue.go): one round trip for all of them.
+func (s *Node) ApplyMany(ctx context.Context, now time.Time, batches []limiter.Batch) {
 	nowUS := now.UnixMicro()
-	if len(batch) == 0 {
-		return limiter.StepBatch(op, nowUS, batch), nil
-	}
 	c := s.calls.Get().(*scriptCall)
-	pt := &c.parts[0]
-	c.bound(ctx, s.timeout)
-	pt.run = s.run(pt.run, op, nowUS, batch)
-	mine, err := s.queue.do(c)
-	if err == nil {
-		err = pt.err
+	n := 0
+	for i := range batches {
+		b := &batches[i]
+		if len(b.Buckets) == 0 {
+			b.Written, b.Err = limiter.StepBatch(b.Op, nowUS, b.Buckets), nil
+			continue
+		}
+		if n == len(c.parts) {
+			c.parts = append(c.parts, part{})
+		}
+		pt := &c.parts[n]
+		pt.run = s.run(pt.run, b.Op, nowUS, b.Buckets)
+		n++
 	}
-	var commit bool
-	if err == nil {
-		commit, err = decide(op, nowUS, pt.reply, pt.run.keys, batch)
+	if n == 0 {
+		s.calls.Put(c)
+		return
+	}
+	// The call's parts are its batches'; those beyond keep their memory
+	// for a later call.
+	all := c.parts
+	c.parts = c.parts[:n]
+	c.bound(ctx, s.timeout)
+	mine, err := s.queue.do(c)
+	j := 0
+	for i := range batches {
+		b := &batches[i]
+		if len(b.Buckets) == 0 {
+			continue
+		}
+		pt := &c.parts[j]
+		j++
+		err := err
+		if err == nil {
+			err = pt.err
+		}
+		if err == nil {
+			b.Written, err = decide(b.Op, nowUS, pt.reply, pt.run.keys, b.Buckets)
+		}
+		b.Err = named(b.Op.String(), err)
 	}
 	if mine {
 		// The call keeps its buffers and timer, not what they point to.
-		clear(pt.run.keys)
-		clear(pt.run.args)
-		c.ctx, c.err, pt.reply, pt.err = nil, nil, nil, nil
+		for i := range c.parts {
+			pt := &c.parts[i]
+			clear(pt.run.keys)
+			clear(pt.run.args)
+			pt.reply, pt.err = nil, nil
+		}
+		c.parts, c.ctx, c.err = all, nil, nil
 		s.calls.Put(c)
 	}
-	return commit, named(op.String(), err)
 }
 
 // Reset implements limiter.Store.

@@ -217,6 +217,24 @@ func TestOneRoundTrip(t *testing.T) {
 	if _, err := s.Apply(ctx, limiter.Spend, time.Now(), batch); err != nil { // may load the script
 		t.Fatal(err)
 	}
+	// More keys than one script call takes: a pipeline of two, which the
+	// client may first dial a connection for.
+	many := func() error {
+		batches := make([]limiter.Batch, 200)
+		for i := range batches {
+			batches[i] = limiter.Batch{Op: []limiter.Op{limiter.Spend, limiter.Check, limiter.Refund}[i%3], Buckets: batchOf(fmt.Sprintf("1:%d", i%70))}
+		}
+		s.ApplyMany(ctx, time.Now(), batches)
+		for _, b := range batches {
+			if b.Err != nil {
+				return b.Err
+			}
+		}
+		return nil
+	}
+	if err := many(); err != nil {
+		t.Fatal(err)
+	}
 	for _, call := range []struct {
 		name string
 		f    func() error
@@ -226,6 +244,7 @@ func TestOneRoundTrip(t *testing.T) {
 		{"refund", func() error { return errOf(s.Apply(ctx, limiter.Refund, time.Now(), batch)) }},
 		{"settle", func() error { return errOf(s.Apply(ctx, limiter.Settle, time.Now(), batch)) }},
 		{"check", func() error { return errOf(s.Apply(ctx, limiter.Check, time.Now(), batch)) }},
+		{"many batches", many},
 		{"reset", func() error { return s.Reset(ctx, []string{"1:a", "2:b", "3:c"}) }},
 	} {
 		trips.n.Store(0)

@@ -50,7 +50,10 @@ import (
 // key's TAT is -1); then the TAT read of each key, 0 when absent.
 const batchLua = `
 local reply = {}
-local now, margin
+local now, margin, batchNow, blob, pos
+-- Locals, not globals: every decision calls them, and a global is a
+-- table lookup each time.
+local call, pcall, format, ceil, unpack = redis.call, redis.pcall, string.format, math.ceil, struct.unpack
 
 -- The key lives until its bucket is full again, plus the margin that
 -- covers the skew between our clocks and the server's. Both numbers are
@@ -58,7 +61,7 @@ local now, margin
 -- number, Redis would format it as a double ('%.17g'), which took about
 -- 5% of its CPU under make bench's load.
 local function put(key, tat)
-  redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil((tat + margin) / 1000)))
+  call('SET', key, format('%d', tat), 'PXAT', format('%d', ceil((tat + margin) / 1000)))
 end
 
 -- RefundStep on a bucket whose TAT runs ahead of now.
@@ -70,23 +73,37 @@ local function refund(key, t, interval, cost)
     if cost < ahead and cost * interval < ahead then
       put(key, t - cost * interval)
     else
-      redis.call('DEL', key)
+      call('DEL', key)
     end
   end
 end
 
+-- bucket reads the next bucket's numbers from blob at pos, and sets now
+-- to its clock.
+local function bucket()
+  local interval, burst, cost, shadow, clock
+  interval, burst, cost, shadow, clock, pos = unpack('<i8i8i8i8i8', blob, pos)
+  now = clock
+  if now == 0 then
+    now = batchNow
+  end
+  return interval, burst, cost, shadow
+end
+
 local SPEND, REFUND, SETTLE = 1, 2, 3
+-- spent holds the TATs a spend is to write, by key; emptied after each.
+local spent = {}
 
 -- run runs the batch of op on the n keys after KEYS[k], whose numbers
 -- after the first two are in blob from pos on, and appends its status and
 -- TATs to reply.
-local function run(op, k, n, blob, pos)
+local function run(op, k, n)
   local at = #reply + 1
   reply[at] = 0
   local bad = false
   for i = 1, n do
     -- pcall: a key of another type is this batch's error, not the call's.
-    local v = redis.pcall('GET', KEYS[k + i])
+    local v = pcall('GET', KEYS[k + i])
     local tat = 0
     if v then
       tat = tonumber(v)
@@ -103,34 +120,32 @@ local function run(op, k, n, blob, pos)
   if op ~= SPEND and op ~= REFUND and op ~= SETTLE then
     return
   end
-  local batchNow
-  batchNow, margin, pos = struct.unpack('<i8i8', blob, pos)
-  -- bucket reads key i's numbers, and sets now to its clock.
-  local function bucket()
-    local interval, burst, cost, shadow, clock
-    interval, burst, cost, shadow, clock, pos = struct.unpack('<i8i8i8i8i8', blob, pos)
-    now = clock
-    if now == 0 then
-      now = batchNow
-    end
-    return interval, burst, cost, shadow
-  end
+  batchNow, margin, pos = unpack('<i8i8', blob, pos)
   if op == SPEND then
-    local spent = {}
+    local allowed = true
     for i = 1, n do
       local interval, burst, cost, shadow = bucket()
       local t = math.max(reply[at + i], now)
       -- A cost above the burst, which includes any cost on burst 0, is
       -- denied first; below it, cost * interval is at most the offset.
-      local allowed = cost <= burst and t + cost * interval - now <= burst * interval
-      if allowed and cost > 0 then
+      local ok = cost <= burst and t + cost * interval - now <= burst * interval
+      if ok and cost > 0 then
         spent[i] = t + cost * interval
-      elseif not allowed and shadow ~= 1 then
-        return
+      elseif not ok and shadow ~= 1 then
+        allowed = false
+        break
       end
     end
-    for i, tat in pairs(spent) do
-      put(KEYS[k + i], tat)
+    if allowed then
+      for i, tat in pairs(spent) do
+        put(KEYS[k + i], tat)
+      end
+    end
+    for i in pairs(spent) do
+      spent[i] = nil
+    end
+    if not allowed then
+      return
     end
   else
     for i = 1, n do
@@ -160,12 +175,13 @@ end
 
 local k = 0
 for a = 1, #ARGV do
-  local blob = ARGV[a]
-  local op, n, pos = struct.unpack('<i8i8', blob)
+  local op, n
+  blob = ARGV[a]
+  op, n, pos = unpack('<i8i8', blob)
   if op < 0 or op > SETTLE or n < 0 or k + n > #KEYS then
     return redis.error_reply('ERR ratelimitd: a malformed batch')
   end
-  run(op, k, n, blob, pos)
+  run(op, k, n)
   k = k + n
 end
 return reply

@@ -18,6 +18,13 @@ func (d Down) Apply(context.Context, limiter.Op, time.Time, []limiter.Bucket) (b
 	return false, d.Err
 }
 
+// ApplyMany implements limiter.Store.
+func (d Down) ApplyMany(_ context.Context, _ time.Time, batches []limiter.Batch) {
+	for i := range batches {
+		batches[i].Written, batches[i].Err = false, d.Err
+	}
+}
+
 // Reset implements limiter.Store.
 func (d Down) Reset(context.Context, []string) error { return d.Err }
 

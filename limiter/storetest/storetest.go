@@ -62,6 +62,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ConcurrentBatches", testConcurrentBatches},
 		{"ConcurrentDeniedBatches", testConcurrentDeniedBatches},
 		{"ConcurrentSettles", testConcurrentSettles},
+		{"ManyInOrder", testManyInOrder},
+		{"ManyConcurrent", testManyConcurrent},
 		{"LeaseStory", testLeaseStory},
 		{"LeaseBatch", testLeaseBatch},
 		{"LeaseShadow", testLeaseShadow},

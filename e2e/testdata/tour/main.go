@@ -122,6 +122,23 @@ func main() {
 	expect(err, exported.HTTPResponse, exported.Body, http.StatusOK)
 	check(strings.Contains(string(exported.Body), "PasswordResetsPerAccount:"), "the export:\n%s", exported.Body)
 
+	// Many decisions in one request, each answered as its route would, in
+	// order (the check sees the spend), a refused one as its problem.
+	items := make([]ratelimitd.DecisionsItem, 3)
+	check(items[0].FromDecisionsSpend(ratelimitd.DecisionsSpend{Buckets: []ratelimitd.BucketRequest{{Limit: "PasswordResetsPerAccount", BucketId: "8"}}}) == nil &&
+		items[1].FromDecisionsCheck(ratelimitd.DecisionsCheck{Buckets: []ratelimitd.BucketRequest{{Limit: "PasswordResetsPerAccount", BucketId: "8", Cost: ptr(int64(0))}}}) == nil &&
+		items[2].FromDecisionsSpend(ratelimitd.DecisionsSpend{Buckets: []ratelimitd.BucketRequest{{Limit: "Nope", BucketId: "8"}}}) == nil, "the requests")
+	many, err := decide.DecideManyWithResponse(ctx, ratelimitd.DecisionsRequest{Requests: items})
+	expect(err, many.HTTPResponse, many.Body, http.StatusOK)
+	results := many.JSON200.Results
+	check(len(results) == 3, "many decisions: %s", many.Body)
+	spent8, err1 := results[0].AsDecisionResult()
+	checked8, err2 := results[1].AsDecisionResult()
+	refusedMany, err3 := results[2].AsDecisionsProblem()
+	check(err1 == nil && err2 == nil && err3 == nil && spent8.Allowed && checked8.Decisions[0].Remaining == 0 &&
+		refusedMany.Problem.Status == http.StatusUnprocessableEntity && refusedMany.Problem.Errors != nil &&
+		(*refusedMany.Problem.Errors)[0].Field == "buckets[0].limit", "many decisions: %s", many.Body)
+
 	// A path that is no limit name.
 	named, err := admin.GetLimitWithResponse(ctx, "1bad")
 	expect(err, named.HTTPResponse, named.Body, http.StatusUnprocessableEntity)

@@ -129,6 +129,22 @@ check(problem.errors[0].line === 6 && problem.errors[0].entry === "Bad", "a bad 
 const exported = await admin.GET("/v1/export", { params: { query: { kind: "defaults" } }, parseAs: "text" });
 check(exported.data?.includes("PasswordResetsPerAccount:"), "the export", exported.data ?? exported.error);
 
+// Many decisions in one request, each answered as its route would, in
+// order (the check sees the spend), a refused one as its problem.
+const many = await decide.POST("/v1/decisions", {
+  body: {
+    requests: [
+      { op: "spend", buckets: [{ limit: "PasswordResetsPerAccount", bucket_id: "8" }] },
+      { op: "check", buckets: [{ limit: "PasswordResetsPerAccount", bucket_id: "8", cost: 0 }] },
+      { op: "spend", buckets: [{ limit: "Nope", bucket_id: "8" }] },
+    ],
+  },
+});
+check(many.data, "many decisions", many.error);
+const [spent8, checked8, refused8] = many.data.results;
+check("decisions" in spent8 && spent8.allowed && "decisions" in checked8 && checked8.decisions[0].remaining === 0, "many decisions", many.data);
+check("problem" in refused8 && refused8.problem.status === 422 && fields(refused8.problem) === "buckets[0].limit", "many decisions", many.data);
+
 // A path that is no limit name.
 const named = await admin.GET("/v1/limits/{name}", { params: { path: { name: "1bad" } } });
 check(named.response.status === 422 && fields(named.error) === "name", "GET /v1/limits/1bad", named.error);

@@ -1,0 +1,129 @@
+package ratelimitgrpc_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimitd/ratelimitd/client/clientip"
+	"github.com/ratelimitd/ratelimitd/client/internal/fakeratelimitd"
+	"github.com/ratelimitd/ratelimitd/client/ratelimit"
+	"github.com/ratelimitd/ratelimitd/client/ratelimit/ratelimitgrpc"
+)
+
+// serve runs gRPC's health service behind the interceptors on a loopback
+// listener and returns a client of it.
+func serve(t *testing.T, c *ratelimit.Client, rule ratelimitgrpc.Rule) healthpb.HealthClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(ratelimitgrpc.UnaryServerInterceptor(c, rule)),
+		grpc.StreamInterceptor(ratelimitgrpc.StreamServerInterceptor(c, rule)))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func newClient(t *testing.T, f *fakeratelimitd.Server, failOpen bool) *ratelimit.Client {
+	t.Helper()
+	c, err := ratelimit.New(ratelimit.Config{URL: f.URL, Token: fakeratelimitd.Token, FailOpen: failOpen, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestUnary spends a burst of 2 per method: the third call is refused
+// with RESOURCE_EXHAUSTED and a RetryInfo of the retry-after.
+func TestUnary(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerMethod": 2})
+	hc := serve(t, newClient(t, f, false), ratelimitgrpc.Rule{Limit: "PerMethod", Key: ratelimitgrpc.Method})
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || len(st.Details()) != 1 {
+		t.Fatalf("the third call: %v, details %v", st, st.Details())
+	}
+	if ri, ok := st.Details()[0].(*errdetails.RetryInfo); !ok || ri.RetryDelay.AsDuration() != fakeratelimitd.Retry {
+		t.Errorf("the detail: %v, want RetryInfo of %v", st.Details()[0], fakeratelimitd.Retry)
+	}
+	if n := f.Taken("PerMethod", "/grpc.health.v1.Health/Check"); n != 2 {
+		t.Errorf("the method's bucket has %d tokens taken, want 2", n)
+	}
+}
+
+// TestStream spends once per stream, keyed by the client's address behind
+// a trusted proxy, with a cost of 2.
+func TestStream(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerClient": 4})
+	hc := serve(t, newClient(t, f, false), ratelimitgrpc.Rule{Limit: "PerClient", Key: ratelimitgrpc.PeerAddress(clientip.Loopback...),
+		Cost: func(context.Context, string) int64 { return 2 }})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", "203.0.113.7")
+	for i := range 2 {
+		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("the third stream: %v", err)
+	}
+	if n := f.Taken("PerClient", "203.0.113.7"); n != 4 {
+		t.Errorf("the forwarded client's bucket has %d tokens taken, want 4", n)
+	}
+}
+
+// TestFailures: a missing key is INVALID_ARGUMENT; no answer from
+// ratelimitd is the fail mode's, UNAVAILABLE when closed and the call's
+// own answer when open.
+func TestFailures(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerKey": 10})
+	hc := serve(t, newClient(t, f, false), ratelimitgrpc.Rule{Limit: "PerKey", Key: ratelimitgrpc.Metadata("x-api-key")})
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("without the key: %v", err)
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1")
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("with the key: %v", err)
+	}
+
+	down := fakeratelimitd.New(t, nil)
+	down.Close()
+	for _, open := range []bool{false, true} {
+		hc := serve(t, newClient(t, down, open), ratelimitgrpc.Rule{Limit: "PerKey", Key: ratelimitgrpc.Method})
+		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if want := map[bool]codes.Code{false: codes.Unavailable, true: codes.OK}[open]; status.Code(err) != want {
+			t.Errorf("ratelimitd down, open=%v: %v, want %v", open, err, want)
+		}
+	}
+}
