@@ -134,6 +134,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = ld.Run(ctx) }()
+	wg.Go(func() { lim.RunLeaseSweeper(ctx, limiter.LeaseSweepInterval) })
 
 	sync := ld.Sync
 	if o.noSync {

@@ -71,12 +71,16 @@ func (e *importFailure) Word(p *problem.Problem) any {
 }
 
 // importFile reads limits or overrides in Boulder's YAML formats, or an
-// envoyproxy/ratelimit configuration, all or nothing.
+// envoyproxy/ratelimit configuration, all or nothing; merge adds the
+// latter to its domain's rules instead of replacing them.
 func (s *Server) importFile(c echo.Context) error {
 	var errs input.Errors
-	q := readQuery(c, &errs, "kind", "dry_run")
+	q := readQuery(c, &errs, "kind", "dry_run", "merge")
 	kind := kindParam(q)
-	dryRun := q.boolean("dry_run")
+	dryRun, merge := q.boolean("dry_run"), q.boolean("merge")
+	if merge != nil && *merge && kind != limitfile.Envoy && kind != "" {
+		errs.Add("merge", "is only for kind=envoy")
+	}
 	if err := errs.Err(); err != nil {
 		return err
 	}
@@ -84,7 +88,8 @@ func (s *Server) importFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	counts, entries, err := limitfile.Import(c.Request().Context(), s.cfg.Files, principal(c).Name, kind, data, dryRun != nil && *dryRun)
+	opts := limitfile.ImportOptions{DryRun: dryRun != nil && *dryRun, Merge: merge != nil && *merge}
+	counts, entries, err := limitfile.Import(c.Request().Context(), s.cfg.Files, principal(c).Name, kind, data, opts)
 	if err != nil {
 		return err
 	}

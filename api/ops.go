@@ -49,6 +49,15 @@ type snapshotStatus struct {
 	Limits    int        `json:"limits"`
 	Overrides int        `json:"overrides"`
 	InStep    bool       `json:"in_step"`
+	LeftOut   []leftOut  `json:"left_out"`
+}
+
+// leftOut is a stored row the snapshot does not hold.
+type leftOut struct {
+	Entity string  `json:"entity"`
+	ID     string  `json:"id"`
+	Limit  *string `json:"limit"`
+	Reason string  `json:"reason"`
 }
 
 // healthz says the process is up; it checks nothing else, so that an
@@ -96,7 +105,7 @@ func (s *Server) status(c echo.Context) error {
 	out := statusResponse{
 		Snapshot: snapshotStatus{
 			Loaded: st.Loaded, Version: st.Version, Limits: st.Limits, Overrides: st.Overrides,
-			InStep: st.Err == nil,
+			InStep: st.Err == nil, LeftOut: []leftOut{},
 		},
 		Store: s.cfg.StoreName, Database: s.cfg.DatabaseName, FailMode: "closed",
 		StoreHealth: storeHealth{Available: available, Primaries: []string{}},
@@ -113,6 +122,13 @@ func (s *Server) status(c echo.Context) error {
 	}
 	if s.cfg.FailOpen {
 		out.FailMode = "open"
+	}
+	for _, r := range st.LeftOut {
+		lo := leftOut{Entity: r.Entity, ID: r.ID, Reason: r.Reason}
+		if r.Limit != "" {
+			lo.Limit = &r.Limit
+		}
+		out.Snapshot.LeftOut = append(out.Snapshot.LeftOut, lo)
 	}
 	if !st.SyncedAt.IsZero() {
 		synced := st.SyncedAt.UTC()

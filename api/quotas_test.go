@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,9 +55,9 @@ func next25HourDay(t *testing.T, zone *time.Location, now time.Time) time.Time {
 // TestQuotaStory is the daily quota of docs/api.md: three exports a day
 // in Paris, on the day summer time ends, which lasts 25 hours.
 func TestQuotaStory(t *testing.T) {
-	paris, err := time.LoadLocation("Europe/Paris")
-	if err != nil {
-		t.Fatal(err)
+	paris, msg := limiter.LoadZone("Europe/Paris")
+	if msg != "" {
+		t.Fatal(msg)
 	}
 	day := next25HourDay(t, paris, time.Now())
 	at := func(h, m int) time.Time { return time.Date(day.Year(), day.Month(), day.Day(), h, m, 0, 0, paris) }
@@ -168,5 +170,37 @@ func testBlockedQuota(t *testing.T, e *env) {
 		if res.status != http.StatusOK || op != "refund" && d.reason() != "blocked" || d.Burst != 0 || d.Count != 0 {
 			t.Errorf("%s: %d %s", op, res.status, res.body)
 		}
+	}
+}
+
+// TestZonesOutsideTheBinaryAreRefused: a zone name that the database built
+// into ratelimitd lacks is a 422 naming time_zone, even where the host
+// has a file of that name (localtime, posixrules, right/UTC), through a
+// limit's PUT and through an Envoy import, on both engines; nothing is
+// written.
+func TestZonesOutsideTheBinaryAreRefused(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			e.quota("Q", "day", "Europe/Paris", 10)
+			before := e.rows()
+			for _, zone := range []string{"localtime", "posixrules", "right/UTC", "Local", "", "Europe/Pariss", "Europe/Paris\x00"} {
+				for _, name := range []string{"Q", "New"} {
+					p := e.do("PUT", "/v1/limits/"+name, e.admin, obj{"id_format": "string", "calendar": "day", "time_zone": zone, "count": 10}).
+						expect(t, http.StatusUnprocessableEntity).problem(t)
+					wantFields(t, p, "time_zone")
+				}
+				// JSON's quoting is YAML's, escapes included.
+				quoted, _ := json.Marshal(zone)
+				doc := "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n" +
+					"    metadata: {ratelimitd: {calendar: day, time_zone: " + string(quoted) + "}}\n"
+				var res importResult
+				e.importYAML("kind=envoy", doc).expect(t, http.StatusUnprocessableEntity).json(t, &res)
+				if len(res.Errors) != 1 || res.Errors[0].Line != 5 || !strings.Contains(res.Errors[0].Message, "time_zone") {
+					t.Errorf("import with zone %q: %+v", zone, res.Errors)
+				}
+			}
+			e.unchanged(before)
+		})
 	}
 }

@@ -125,6 +125,11 @@ func TestRulesBadInput(t *testing.T) {
 			// Two free values make a bucket id only the string format takes.
 			invalid(obj{"domain": "d", "descriptor": []obj{{"key": "a"}, {"key": "b"}}, "limit": "PerIP"}, "limit")
 			invalid(obj{"descriptor": []obj{{"value": "v"}}}, "domain", "descriptor[0].key", "limit")
+			// As envoyproxy/ratelimit: no empty replaces entry, and none
+			// naming the rule's own limit.
+			invalid(obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "PerIP", "replaces": []obj{{"name": "Other"}, {"name": ""}}},
+				"replaces[1].name")
+			invalid(obj{"domain": "d", "descriptor": []obj{{"key": "k"}}, "limit": "PerIP", "replaces": []obj{{"name": "PerIP"}}}, "replaces[0].name")
 
 			bad := func(body string) {
 				t.Helper()
@@ -146,6 +151,12 @@ func TestRulesBadInput(t *testing.T) {
 			p := e.do("PATCH", "/v1/rules/"+r["id"].(string), e.admin, obj{}).expect(t, http.StatusUnprocessableEntity).problem(t)
 			wantFields(t, p, "limit")
 			e.do("PATCH", "/v1/rules/"+r["id"].(string), e.admin, obj{"limit": "PerIP", "domain": "x"}).expect(t, http.StatusBadRequest)
+			// A rule may not take a limit it replaces.
+			e.limit("Other", "ip_address", 10, 10, "1m")
+			rr := e.do("POST", "/v1/rules", e.admin, obj{"domain": "d", "descriptor": []obj{{"key": "r"}}, "limit": "PerIP", "replaces": []obj{{"name": "Other"}}}).
+				expect(t, http.StatusCreated).object(t)
+			p = e.do("PATCH", "/v1/rules/"+rr["id"].(string), e.admin, obj{"limit": "Other"}).expect(t, http.StatusUnprocessableEntity).problem(t)
+			wantFields(t, p, "limit")
 		})
 	}
 }
@@ -226,6 +237,42 @@ func TestEnvoyImportExport(t *testing.T) {
 			}
 			wantFields(t, e.do("GET", "/v1/export?kind=envoy", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
 			wantFields(t, e.do("GET", "/v1/export?kind=defaults&domain=edge", e.admin, nil).expect(t, http.StatusUnprocessableEntity).problem(t), "domain")
+		})
+	}
+}
+
+// TestEnvoyMergeImport adds a file to a domain's rules through the API,
+// refuses the same file again with its line and writes nothing, and
+// refuses merge where it means nothing, on both engines.
+func TestEnvoyMergeImport(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := newEnv(t, engine.opts...)
+			first := "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+			second := "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+			e.importYAML("kind=envoy", first).expect(t, http.StatusOK)
+			got := e.importYAML("kind=envoy&merge=true", second).expect(t, http.StatusOK).object(t)
+			if got["created"] != float64(2) || got["removed"] != nil {
+				t.Errorf("merge: %v", got)
+			}
+			for _, entries := range [][]limiter.DescriptorEntry{entriesOf("remote_address", "10.0.0.1"), entriesOf("path", "/login")} {
+				if _, ok := e.limiter.Snapshot().Match("edge", entries); !ok {
+					t.Errorf("after the merge %v matches no rule", entries)
+				}
+			}
+			before := e.rows()
+			var res importResult
+			e.importYAML("kind=envoy&merge=true", first).expect(t, http.StatusUnprocessableEntity).json(t, &res)
+			if len(res.Errors) != 1 || res.Errors[0].Line != 3 || !strings.Contains(res.Errors[0].Message, "has this descriptor already") {
+				t.Errorf("a merge of a descriptor the domain has: %+v", res.Errors)
+			}
+			for _, query := range []string{"kind=defaults&merge=true", "kind=envoy&merge=maybe", "kind=overrides&merge=true&dry_run=true"} {
+				wantFields(t, e.importYAML(query, first).expect(t, http.StatusUnprocessableEntity).problem(t), "merge")
+			}
+			e.unchanged(before)
+			if n := len(e.limiter.Snapshot().Rules()); n != 2 {
+				t.Errorf("%d rules after refused merges, want 2", n)
+			}
 		})
 	}
 }

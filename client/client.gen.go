@@ -295,6 +295,27 @@ func (e IDFormat) Valid() bool {
 	}
 }
 
+// Defines values for LeftOutEntity.
+const (
+	LeftOutEntityLimit    LeftOutEntity = "limit"
+	LeftOutEntityOverride LeftOutEntity = "override"
+	LeftOutEntityRule     LeftOutEntity = "rule"
+)
+
+// Valid indicates whether the value is a known member of the LeftOutEntity enum.
+func (e LeftOutEntity) Valid() bool {
+	switch e {
+	case LeftOutEntityLimit:
+		return true
+	case LeftOutEntityOverride:
+		return true
+	case LeftOutEntityRule:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LimitKind.
 const (
 	LimitKindConcurrency LimitKind = "concurrency"
@@ -874,6 +895,23 @@ type LeaseBucket struct {
 	Limit LimitName `json:"limit"`
 }
 
+// LeftOut defines model for LeftOut.
+type LeftOut struct {
+	Entity LeftOutEntity `json:"entity"`
+
+	// ID The limit's name, or the override's or the rule's id.
+	ID string `json:"id"`
+
+	// Limit The limit of an override or a rule; null for a limit.
+	Limit *string `json:"limit"`
+
+	// Reason Why the row is not in force, e.g. `time_zone: must be an IANA zone name ...` or `its limit Q is left out`.
+	Reason string `json:"reason"`
+}
+
+// LeftOutEntity defines model for LeftOut.Entity.
+type LeftOutEntity string
+
 // Limit defines model for Limit.
 type Limit struct {
 	// Burst The most tokens a bucket admits at once; for a concurrency limit the most units it holds at once; for a calendar quota equal to `count`.
@@ -1013,8 +1051,10 @@ type LimitPut struct {
 	// Shadow Decisions are computed, counted and reported with `shadow`, but never deny.
 	Shadow *bool `json:"shadow,omitempty"`
 
-	// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
-	// paths and names the zone database does not know are 422.
+	// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`, from the
+	// zone database built into ratelimitd, never the host's. `Local`,
+	// paths and names that database does not know (`localtime`,
+	// `posixrules`, `right/UTC`) are 422.
 	//
 	//
 	// Example: Europe/Paris
@@ -1330,8 +1370,11 @@ type Status struct {
 
 		// InStep False while the database cannot be read; decisions go on from this snapshot.
 		InStep bool `json:"in_step"`
-		Limits int  `json:"limits"`
-		Loaded bool `json:"loaded"`
+
+		// LeftOut Stored rows this replica does not hold, because its version cannot use them (a time zone, id format, kind or rule member it does not know, parameters no decision can use), and the overrides and rules of a limit left out; everything else is in force, and /readyz stays 200. Empty when every row is in force. Sorted by entity, then id.
+		LeftOut []LeftOut `json:"left_out"`
+		Limits  int       `json:"limits"`
+		Loaded  bool      `json:"loaded"`
 
 		// Overrides Enabled overrides held, expired ones included until the next full load.
 		Overrides int `json:"overrides"`
@@ -1372,8 +1415,10 @@ type StatusFailMode string
 // StatusStore defines model for Status.Store.
 type StatusStore string
 
-// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`. `Local`,
-// paths and names the zone database does not know are 422.
+// TimeZone An IANA time zone name such as `Europe/Paris` or `UTC`, from the
+// zone database built into ratelimitd, never the host's. `Local`,
+// paths and names that database does not know (`localtime`,
+// `posixrules`, `right/UTC`) are 422.
 //
 // Example: Europe/Paris
 type TimeZone = string
@@ -1760,6 +1805,9 @@ type ImportFileParams struct {
 
 	// DryRun Validate and count, write nothing.
 	DryRun *bool `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// Merge Only with `kind=envoy`. Without it the file replaces its domain's rules: those it does not name are deleted and listed in `removed`. With it the file's descriptors are added to the domain's rules and the others kept, as envoyproxy/ratelimit adds up the files of one domain under `MERGE_DOMAIN_CONFIG`: a top-level descriptor the domain has already (as a rule, or as an override of a rule's limit), or a `rate_limit.name` that is the limit of one of its rules, is a bad entry (422 with its line), and nothing is written. With another kind, 422 naming `merge`.
+	Merge *bool `form:"merge,omitempty" json:"merge,omitempty"`
 }
 
 // ImportFileParamsKind defines parameters for ImportFile.
@@ -2667,10 +2715,13 @@ type ClientInterface interface {
 	// becomes limits (id format `string`, burst and count `requests_per_unit`),
 	// rules and overrides: a descriptor with values that a less specific one
 	// also matches becomes an override of that one's limit for its bucket.
-	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-	// are bad entries, never silently dropped. All or nothing: with any bad
-	// entry nothing is written, and the answer is 422 listing every bad entry
-	// with its line. Imports add and update; they delete nothing.
+	// Unknown units, and a `replaces` entry without a name or naming its
+	// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+	// both), are bad entries, never silently dropped. All or nothing: with any
+	// bad entry nothing is written, and the answer is 422 listing every bad
+	// entry with its line. Boulder's imports add and update and delete
+	// nothing; an Envoy import makes its domain's rules the file's (listing
+	// those it deletes in `removed`), unless `merge` adds the file to them.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3689,10 +3740,13 @@ func (c *Client) MatchForwardAuth(ctx context.Context, domain ForwardAuthDomain,
 // becomes limits (id format `string`, burst and count `requests_per_unit`),
 // rules and overrides: a descriptor with values that a less specific one
 // also matches becomes an override of that one's limit for its bucket.
-// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-// are bad entries, never silently dropped. All or nothing: with any bad
-// entry nothing is written, and the answer is 422 listing every bad entry
-// with its line. Imports add and update; they delete nothing.
+// Unknown units, and a `replaces` entry without a name or naming its
+// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+// both), are bad entries, never silently dropped. All or nothing: with any
+// bad entry nothing is written, and the answer is 422 listing every bad
+// entry with its line. Boulder's imports add and update and delete
+// nothing; an Envoy import makes its domain's rules the file's (listing
+// those it deletes in `removed`), unless `merge` adds the file to them.
 //
 // Takes any type of body and a specified content type.
 //
@@ -6213,6 +6267,18 @@ func NewImportFileRequestWithBody(server string, params *ImportFileParams, conte
 
 		}
 
+		if params.Merge != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "merge", *params.Merge, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -7739,10 +7805,13 @@ type ClientWithResponsesInterface interface {
 	// becomes limits (id format `string`, burst and count `requests_per_unit`),
 	// rules and overrides: a descriptor with values that a less specific one
 	// also matches becomes an override of that one's limit for its bucket.
-	// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-	// are bad entries, never silently dropped. All or nothing: with any bad
-	// entry nothing is written, and the answer is 422 listing every bad entry
-	// with its line. Imports add and update; they delete nothing.
+	// Unknown units, and a `replaces` entry without a name or naming its
+	// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+	// both), are bad entries, never silently dropped. All or nothing: with any
+	// bad entry nothing is written, and the answer is 422 listing every bad
+	// entry with its line. Boulder's imports add and update and delete
+	// nothing; an Envoy import makes its domain's rules the file's (listing
+	// those it deletes in `removed`), unless `merge` adds the file to them.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13188,10 +13257,13 @@ func (c *ClientWithResponses) MatchForwardAuthWithResponse(ctx context.Context, 
 // becomes limits (id format `string`, burst and count `requests_per_unit`),
 // rules and overrides: a descriptor with values that a less specific one
 // also matches becomes an override of that one's limit for its bucket.
-// `replaces`, `share_threshold`, `detailed_metric: true` and unknown units
-// are bad entries, never silently dropped. All or nothing: with any bad
-// entry nothing is written, and the answer is 422 listing every bad entry
-// with its line. Imports add and update; they delete nothing.
+// Unknown units, and a `replaces` entry without a name or naming its
+// descriptor's own `rate_limit.name` (as envoyproxy/ratelimit refuses
+// both), are bad entries, never silently dropped. All or nothing: with any
+// bad entry nothing is written, and the answer is 422 listing every bad
+// entry with its line. Boulder's imports add and update and delete
+// nothing; an Envoy import makes its domain's rules the file's (listing
+// those it deletes in `removed`), unless `merge` adds the file to them.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

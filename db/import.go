@@ -28,7 +28,7 @@ import (
 // limiter.ErrUnknownLimit; two overrides of one bucket are
 // limiter.ErrOverrideExists.
 func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
-	return d.ImportRules(ctx, actor, "", limits, nil, overrides, dryRun)
+	return d.ImportRules(ctx, actor, "", limits, nil, overrides, false, dryRun)
 }
 
 // ImportRules is Import with the rules of one domain, written after the
@@ -37,7 +37,9 @@ func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, o
 // counted unchanged when it has them already. The rules of domain that the
 // import does not name are deleted, so that the domain holds exactly the
 // rules given, and each is returned in the counts' Removed; every rule
-// given must be of domain.
+// given must be of domain. With merge, the domain's rules are kept and the
+// rules given added to them: one whose descriptor the domain has already
+// is limiter.ErrRuleExists.
 //
 // Everything an import reads, and every check, is done before the write
 // transaction, so that a large import holds the write lock (and so every
@@ -46,8 +48,8 @@ func (d *DB) Import(ctx context.Context, actor string, limits []limiter.Limit, o
 // checks that nothing was written since those reads (the audit's last
 // sequence number), and reads and checks again under the lock if
 // something was.
-func (d *DB) ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error) {
-	in := importInput{actor: actor, domain: domain, limits: limits, rules: rules, overrides: overrides}
+func (d *DB) ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, merge, dryRun bool) (limiter.ImportCounts, error) {
+	in := importInput{actor: actor, domain: domain, limits: limits, rules: rules, overrides: overrides, merge: merge}
 	p, err := d.planImport(ctx, d.reader, d.clock(), in)
 	if err != nil {
 		return limiter.ImportCounts{}, err
@@ -84,6 +86,8 @@ type importInput struct {
 	limits        []limiter.Limit
 	rules         []limiter.Rule
 	overrides     []limiter.Override
+	// merge keeps the domain's rules (see ImportRules).
+	merge bool
 }
 
 // importPlan is what an import writes, worked out from what the database
@@ -249,8 +253,9 @@ func (d *DB) planLimits(ctx context.Context, q queryer, p *importPlan, in []limi
 	return nil
 }
 
-// planRules makes the rules of the domain those given. Without a domain
-// there are none to import.
+// planRules makes the rules of the domain those given, or adds them to the
+// domain's when the import merges. Without a domain there are none to
+// import.
 func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importInput, limits map[string]limiter.Limit) error {
 	if in.domain == "" {
 		return nil
@@ -282,6 +287,8 @@ func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importI
 		}
 		o, ok := old[hash]
 		switch {
+		case ok && in.merge:
+			return fmt.Errorf("domain %q, descriptor %s: %w", r.Domain, descriptorJSON(r.Descriptor), limiter.ErrRuleExists)
 		case !ok:
 			r.ID = d.ids.next(p.now)
 			r.CreatedAt, r.UpdatedAt = p.now, p.now
@@ -298,7 +305,7 @@ func (d *DB) planRules(ctx context.Context, q queryer, p *importPlan, in importI
 		count(&p.counts, updated)
 	}
 	for _, r := range stored {
-		if named[descriptorHash(r.Descriptor)] {
+		if in.merge || named[descriptorHash(r.Descriptor)] {
 			continue
 		}
 		p.removed = append(p.removed, r)

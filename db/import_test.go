@@ -229,7 +229,7 @@ func TestImportHoldsNoWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = importer.Close() })
-		counts, err := importer.ImportRules(ctx, "importer", "big", limits, rules, overrides, false)
+		counts, err := importer.ImportRules(ctx, "importer", "big", limits, rules, overrides, false, false)
 		done("import")
 		if err != nil || writeErr != nil {
 			t.Fatalf("import: %v; the write during it: %v", err, writeErr)

@@ -251,7 +251,7 @@ func TestRulesNeedNoLeases(t *testing.T) {
 		}
 		_, err = e.db.SetRuleLimit(ctx, "alice", r.ID, "ModelCalls")
 		wantInvalid(t, err, "limit")
-		_, err = e.db.ImportRules(ctx, "alice", "e", nil, []limiter.Rule{{Domain: "e", Descriptor: desc, Limit: "ModelCalls"}}, nil, false)
+		_, err = e.db.ImportRules(ctx, "alice", "e", nil, []limiter.Rule{{Domain: "e", Descriptor: desc, Limit: "ModelCalls"}}, nil, false, false)
 		wantInvalid(t, err, "limit")
 		if got, _ := e.db.GetRule(ctx, r.ID); got.Limit != "Exports" {
 			t.Errorf("the rule: %+v", got)

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
@@ -95,22 +97,41 @@ func scanRuleFrom(row interface{ Scan(...any) error }) (limiter.Rule, error) {
 	if err := row.Scan(&r.ID, &r.Domain, &desc, &r.Limit, &replaces, &r.QuotaMode, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return limiter.Rule{}, err
 	}
-	if err := json.Unmarshal([]byte(replaces), &r.Replaces); err != nil {
-		return limiter.Rule{}, fmt.Errorf("database: the replaces of rule %q: %w", r.ID, err)
+	// What this version cannot read, such as a member a newer version
+	// added, leaves the rule out of snapshots rather than applied without
+	// it; the rest is read as far as it goes, for listings.
+	var unread []string
+	if err := strictJSON(replaces, &r.Replaces); err != nil {
+		unread = append(unread, "replaces: "+err.Error())
 	}
 	if len(r.Replaces) == 0 {
 		r.Replaces = nil
 	}
 	var docs []entryDoc
-	if err := json.Unmarshal([]byte(desc), &docs); err != nil {
-		return limiter.Rule{}, fmt.Errorf("database: the descriptor of rule %q: %w", r.ID, err)
+	if err := strictJSON(desc, &docs); err != nil {
+		unread = append(unread, "descriptor: "+err.Error())
 	}
+	r.Unread = strings.Join(unread, "; ")
 	r.Descriptor = make([]limiter.DescriptorEntry, len(docs))
 	for i, d := range docs {
 		r.Descriptor[i] = limiter.DescriptorEntry(d)
 	}
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return r, nil
+}
+
+// strictJSON decodes s into v, refusing members v has no place for; what
+// it could decode stays in v.
+func strictJSON(s string, v any) error {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
 }
 
 // getRule reads one rule; sql.ErrNoRows when there is none.
@@ -218,6 +239,9 @@ func (d *DB) SetRuleLimit(ctx context.Context, actor, id, limit string) (limiter
 		r = old
 		if limit == old.Limit {
 			return nil
+		}
+		if slices.Contains(old.Replaces, limit) {
+			return &limiter.ValidationError{Fields: []limiter.FieldError{{Field: "limit", Message: "is a limit the rule replaces: " + rules.SelfReplaced}}}
 		}
 		r.Limit, r.UpdatedAt = limit, w.now
 		return w.setRuleLimit(ctx, old, limit)

@@ -3,9 +3,6 @@ package limiter
 import (
 	"strconv"
 	"time"
-	// A container without /usr/share/zoneinfo must still read every
-	// calendar quota's time zone: the database is built in (about 450 kB).
-	_ "time/tzdata"
 )
 
 // Kind is what a limit bounds: the rate of its buckets (GCRA) or how many
@@ -63,36 +60,6 @@ func (l Limit) KindOf() Kind {
 
 // Quota reports whether the limit is a calendar quota.
 func (l Limit) Quota() bool { return l.Calendar != "" }
-
-// LoadZone returns the IANA time zone called name. It refuses what
-// time.LoadLocation would read from elsewhere than the zone database:
-// "" and "UTC" spellings of no zone are fine, but "Local" (the host's
-// zone, which differs between replicas) and paths are not.
-func LoadZone(name string) (*time.Location, string) {
-	if name == "" {
-		return nil, "must not be empty; omit it for UTC"
-	}
-	if len(name) > 64 {
-		return nil, "must be at most 64 characters"
-	}
-	if name == "Local" {
-		return nil, "must be an IANA zone name such as Europe/Paris, not Local"
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '_' || c == '-' || c == '+') {
-			return nil, "must be an IANA zone name such as Europe/Paris"
-		}
-	}
-	if name[0] == '/' || name[len(name)-1] == '/' {
-		return nil, "must be an IANA zone name such as Europe/Paris"
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, "unknown time zone; use an IANA name such as Europe/Paris"
-	}
-	return loc, ""
-}
 
 // validateKind adds the field errors of the limit's kind, calendar and
 // zone, and of its parameters as they read for that kind.

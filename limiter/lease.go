@@ -1,12 +1,14 @@
 package limiter
 
 import (
+	"container/heap"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -67,8 +69,8 @@ type LeaseBucket struct {
 	Held     int64
 	Earliest int64
 	Latest   int64
-	// Expired is set by the store: the leases of the bucket it dropped
-	// because they had expired, for the metrics.
+	// Expired is set by the store on an acquire: the leases of the bucket
+	// it dropped because they had expired, for the metrics.
 	Expired int64
 	// Outcome is set by LeaseStep.
 	Outcome Outcome
@@ -90,8 +92,11 @@ type LeaseRecord struct {
 }
 
 // LeaseStore keeps the leases of concurrency limits. A bucket holds the
-// units of its live leases; an expired lease is dropped by the next
-// operation on its bucket, so no sweep has to visit every bucket.
+// units of its live leases; an expired lease is dropped, once, by an
+// acquire on its bucket or by Expire, which the Limiter calls for the
+// buckets of the leases it acquired as they expire, so no sweep has to
+// visit every bucket. Whoever drops an expired lease reports it, so that
+// each is counted once.
 type LeaseStore interface {
 	// Acquire reads the batch's buckets at now and decides with
 	// LeaseStep; when that allows, it records lease id, which expires at
@@ -112,6 +117,12 @@ type LeaseStore interface {
 	// or was released: its units may be another's by now. A bucket reset
 	// since holds nothing of it, and is left so.
 	Renew(ctx context.Context, now time.Time, id string, expires func(LeaseRecord) (int64, error)) (LeaseRecord, error)
+	// Expire drops the leases of the buckets at keys that expired by now
+	// and returns how many it dropped of each (0 for a bucket it does not
+	// hold). Leases dropped before, by an acquire or an earlier Expire,
+	// are not among them. On an error, the counts of the buckets it did
+	// drop leases of are still returned.
+	Expire(ctx context.Context, now time.Time, keys []string) ([]int64, error)
 }
 
 // LeaseStep decides an acquire of the batch at now for a lease that
@@ -231,6 +242,7 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 	out := LeaseResult{Result: res}
 	if acquired {
 		out.Lease = lease
+		l.due.add(rec.Expires, rec.Keys)
 	}
 	if l.observeLease != nil {
 		for i, p := range pos {
@@ -251,13 +263,14 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 // LeaseEvent is what happened to a lease on a bucket, for the metrics.
 type LeaseEvent uint8
 
-// The events of leases. Held units per limit are acquired minus released
+// The events of leases. Leases held per limit are acquired minus released
 // minus expired.
 const (
 	LeaseAcquired LeaseEvent = iota + 1
 	LeaseReleased
 	LeaseRenewed
-	// LeaseExpired is counted when an operation on its bucket drops it.
+	// LeaseExpired is counted when the store drops the expired lease: an
+	// acquire on its bucket, or SweepLeases.
 	LeaseExpired
 )
 
@@ -277,25 +290,133 @@ func (e LeaseEvent) String() string {
 }
 
 // observeLeaseKeys tells the metrics of an event on each bucket of a
-// lease, by its limit's name, which the key's enum gives.
+// lease.
 func (l *Limiter) observeLeaseKeys(e LeaseEvent, keys []string) {
+	for _, k := range keys {
+		l.observeLeaseKey(e, k, 1)
+	}
+}
+
+// observeLeaseKey tells the metrics of n events on the bucket at key, by
+// its limit's name, which the key's enum gives.
+func (l *Limiter) observeLeaseKey(e LeaseEvent, k string, n int64) {
 	snap := l.snap.Load()
 	if l.observeLease == nil || snap == nil {
 		return
 	}
-	for _, k := range keys {
-		end := 0
-		for end < len(k) && k[end] >= '0' && k[end] <= '9' {
-			end++
-		}
-		enum, err := strconv.Atoi(k[:end])
-		if err != nil {
-			continue
-		}
-		if le, ok := snap.byEnum[enum]; ok && len(k) > len(le.prefix) && k[:len(le.prefix)] == le.prefix {
-			l.observeLease(le.Name, e, 1)
+	end := 0
+	for end < len(k) && k[end] >= '0' && k[end] <= '9' {
+		end++
+	}
+	enum, err := strconv.Atoi(k[:end])
+	if err != nil {
+		return
+	}
+	if le, ok := snap.byEnum[enum]; ok && len(k) > len(le.prefix) && k[:len(le.prefix)] == le.prefix {
+		l.observeLease(le.Name, e, n)
+	}
+}
+
+// LeaseSweepInterval is how often the service calls SweepLeases: well
+// within a Redis lease bucket's life after its last lease
+// (redisstore.DefaultExpiryMargin), so that the sweep, not Redis, drops an
+// expired lease, and counts it.
+const LeaseSweepInterval = 250 * time.Millisecond
+
+// SweepLeases drops, from the buckets that still hold them, the leases
+// acquired or renewed through this Limiter that have expired, and counts
+// them expired, as an acquire that drops expired leases does: the store
+// drops each expired lease once, whoever drops it, so that acquired -
+// released - expired is what the buckets hold. A failed sweep is tried
+// again by the next.
+func (l *Limiter) SweepLeases(ctx context.Context) error {
+	now := l.now()
+	keys := l.due.take(now.UnixMicro())
+	if len(keys) == 0 {
+		return nil
+	}
+	counts, err := l.store.Expire(ctx, now, keys)
+	for i, n := range counts {
+		if n > 0 {
+			l.observeLeaseKey(LeaseExpired, keys[i], n)
 		}
 	}
+	l.health(err)
+	if err != nil {
+		l.due.add(now.UnixMicro(), keys)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// RunLeaseSweeper calls SweepLeases every interval until ctx ends.
+func (l *Limiter) RunLeaseSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = l.SweepLeases(ctx) // logged as a store failure
+		}
+	}
+}
+
+// dueLeases holds the buckets of the leases acquired or renewed through a
+// Limiter, by expiry, until SweepLeases takes them. A lease released or
+// renewed since stays in it: its sweep finds nothing expired.
+type dueLeases struct {
+	mu sync.Mutex
+	h  dueHeap
+}
+
+// add records that the buckets at keys hold a lease until expires (Unix
+// µs).
+func (d *dueLeases) add(expires int64, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	d.mu.Lock()
+	heap.Push(&d.h, dueEntry{expires: expires, keys: keys})
+	d.mu.Unlock()
+}
+
+// take removes and returns the buckets whose leases are due by nowUS, each
+// once.
+func (d *dueLeases) take(nowUS int64) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var keys []string
+	seen := map[string]bool{}
+	for len(d.h) > 0 && d.h[0].expires <= nowUS {
+		for _, k := range heap.Pop(&d.h).(dueEntry).keys {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+type dueEntry struct {
+	expires int64
+	keys    []string
+}
+
+// dueHeap is a min-heap of dueEntry by expiry (container/heap).
+type dueHeap []dueEntry
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueEntry)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // allowedHere reports whether the buckets decided without the store allow
@@ -429,5 +550,6 @@ func (l *Limiter) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l.observeLeaseKeys(LeaseRenewed, rec.Keys)
+	l.due.add(expires, rec.Keys)
 	return Lease{ID: id, Expires: time.UnixMicro(expires)}, nil
 }

@@ -134,6 +134,8 @@ type Limiter struct {
 	storeDown        atomic.Bool
 	storeErrors      atomic.Uint64
 	renewalsNotFound atomic.Uint64
+	// due are the buckets of leases to sweep as they expire (lease.go).
+	due dueLeases
 }
 
 // New returns a Limiter with no snapshot: decisions fail with ErrNoSnapshot

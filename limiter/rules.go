@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -41,6 +42,10 @@ type Rule struct {
 	// unless every quota-mode descriptor of the request is over its limit
 	// too.
 	QuotaMode bool
+	// Unread, when not empty, says what of the stored rule this version
+	// cannot read: members a newer version wrote. Such a rule is left out
+	// of snapshots (LeftOut) rather than applied without them.
+	Unread    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -78,8 +83,22 @@ type RuleMatcher interface {
 
 // PutRule adds r or replaces the rule with its id. The rule must be valid
 // and its limit in the snapshot (ErrNotFound otherwise), which the database
-// ensures by refusing to delete a limit that rules use.
+// ensures by refusing to delete a limit that rules use. A rule refused is
+// recorded as left out (LeftOut), and its previous version, if any,
+// removed.
 func (b *Builder) PutRule(r Rule) error {
+	err := b.putRule(r)
+	if err != nil {
+		b.DeleteRule(r.ID)
+	}
+	b.leave(EntityRule, r.ID, r.Limit, err)
+	return err
+}
+
+func (b *Builder) putRule(r Rule) error {
+	if r.Unread != "" {
+		return errors.New("holds what this version cannot read: " + r.Unread)
+	}
 	if fe := b.snap.parsers.ValidateRule(r); len(fe) > 0 {
 		return fmt.Errorf("rule %q: %w", r.ID, &ValidationError{Fields: fe})
 	}
@@ -94,6 +113,7 @@ func (b *Builder) PutRule(r Rule) error {
 
 // DeleteRule removes the rule with the id, if any.
 func (b *Builder) DeleteRule(id string) {
+	b.forget(EntityRule, id)
 	if _, ok := b.snap.rules[id]; !ok {
 		return
 	}

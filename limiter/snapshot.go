@@ -53,6 +53,8 @@ type Snapshot struct {
 	rules   map[string]*Rule
 	ruleIdx RuleMatcher
 	parsers Parsers
+	// leftOut are the rows left out, by leftKey (leftout.go).
+	leftOut map[string]LeftOut
 }
 
 // Version is the database change sequence number the snapshot includes.
@@ -163,6 +165,7 @@ type Builder struct {
 	// rulesOwned and rulesChanged track the rules map (rules.go).
 	rulesOwned   bool
 	rulesChanged bool
+	leftOwned    bool
 }
 
 // NewBuilder starts an empty snapshot that reads bucket ids and rules
@@ -194,12 +197,26 @@ func (s *Snapshot) Builder() *Builder {
 // deleted and created again, or it is a quota whose calendar or zone
 // changed, whose usage would otherwise be read against other windows. The
 // overrides it still has move to its new keys.
+//
+// A limit refused is recorded as left out (LeftOut); a previous version of
+// it stays, with its overrides and rules, which only a full load sorts out
+// (see Apply).
 func (b *Builder) PutLimit(l Limit) error {
-	if fe := l.Validate(); len(fe) > 0 || l.Enum == 0 {
+	err := b.putLimit(l)
+	b.leave(EntityLimit, l.Name, "", err)
+	return err
+}
+
+func (b *Builder) putLimit(l Limit) error {
+	fe := l.Validate()
+	if l.Enum == 0 {
+		fe = append(fe, FieldError{Field: "enum", Message: "must be at least 1"})
+	}
+	if len(fe) > 0 {
 		return fmt.Errorf("limit %q: %w", l.Name, &ValidationError{Fields: fe})
 	}
 	if other, ok := b.snap.byEnum[l.Enum]; ok && other.Name != l.Name {
-		return fmt.Errorf("limit %q: enum %d is taken by %q: %w", l.Name, l.Enum, other.Name, ErrConflict)
+		return fmt.Errorf("enum %d is taken by limit %s: %w", l.Enum, other.Name, ErrConflict)
 	}
 	b.ownLimits()
 	e := &limitEntry{Limit: l, prefix: keyPrefix(l.Enum, l.Generation)}
@@ -251,13 +268,30 @@ func (b *Builder) DeleteLimit(name string) {
 	delete(b.snap.byEnum, old.Enum)
 }
 
+// forget drops what the snapshot recorded of a row deleted from the
+// database: it is no longer left out.
+func (b *Builder) forget(entity, id string) { b.leave(entity, id, "", nil) }
+
 // PutOverride adds o or replaces the override of its bucket; a disabled
 // override is removed, as it never applies. o.BucketID must be canonical.
-// Invalid parameters are refused, so that no decision can divide by zero.
+// Invalid parameters are refused, so that no decision can divide by zero:
+// the override is then recorded as left out (LeftOut), and its previous
+// version, if any, removed.
 func (b *Builder) PutOverride(o Override) error {
 	if !o.Enabled {
+		// Never in force, so never left out.
+		b.forget(EntityOverride, o.ID)
 		return b.DeleteOverride(o.Limit, o.BucketID)
 	}
+	err := b.putOverride(o)
+	if err != nil {
+		_ = b.DeleteOverride(o.Limit, o.BucketID) // of an unknown limit: none
+	}
+	b.leave(EntityOverride, o.ID, o.Limit, err)
+	return err
+}
+
+func (b *Builder) putOverride(o Override) error {
 	key, err := b.key(o.Limit, o.BucketID)
 	if err != nil {
 		return err
@@ -298,7 +332,7 @@ func (b *Builder) Snapshot(version int64) *Snapshot {
 	s := b.snap
 	s.version = version
 	b.owned = [shardCount]bool{}
-	b.limitsOwned = false
+	b.limitsOwned, b.leftOwned = false, false
 	return &s
 }
 
@@ -355,14 +389,15 @@ func (c Changes) Empty() bool {
 
 // Apply makes the changes. Deletions go first: a current override always
 // wins over a deleted one of the same bucket, and a limit is deleted only
-// after its overrides.
-func (b *Builder) Apply(c Changes) error {
+// after its overrides. An override or rule this version cannot use is left
+// out (LeftOut), and the rest applied. A limit left out, or one that was
+// left out and comes back, changes what its overrides and rules are: Apply
+// then stops and reports that only a full load gets the snapshot right.
+func (b *Builder) Apply(c Changes) (full bool) {
 	for _, o := range c.DeletedOverrides {
-		if _, ok := b.snap.byName[o.Limit]; !ok {
-			continue // its limit went first; nothing of it is left
-		}
-		if err := b.DeleteOverride(o.Limit, o.BucketID); err != nil {
-			return err
+		b.forget(EntityOverride, o.ID)
+		if _, ok := b.snap.byName[o.Limit]; ok {
+			_ = b.DeleteOverride(o.Limit, o.BucketID) // its limit is known: no error
 		}
 	}
 	for _, id := range c.DeletedRules {
@@ -370,21 +405,19 @@ func (b *Builder) Apply(c Changes) error {
 	}
 	for _, name := range c.DeletedLimits {
 		b.DeleteLimit(name)
+		b.forget(EntityLimit, name)
 	}
 	for _, l := range c.Limits {
-		if err := b.PutLimit(l); err != nil {
-			return err
+		_, wasLeftOut := b.snap.leftOut[leftKey(EntityLimit, l.Name)]
+		if err := b.PutLimit(l); err != nil || wasLeftOut {
+			return true
 		}
 	}
 	for _, o := range c.Overrides {
-		if err := b.PutOverride(o); err != nil {
-			return err
-		}
+		_ = b.PutOverride(o)
 	}
 	for _, r := range c.Rules {
-		if err := b.PutRule(r); err != nil {
-			return err
-		}
+		_ = b.PutRule(r)
 	}
-	return nil
+	return false
 }

@@ -158,15 +158,15 @@ func TestApplyChanges(t *testing.T) {
 	raised := orders()
 	raised.Burst = 1000
 	b := s1.Builder()
-	err := b.Apply(limiter.Changes{
+	full := b.Apply(limiter.Changes{
 		Version:          7,
 		Limits:           []limiter.Limit{raised},
 		DeletedLimits:    []string{"MailsPerAddress"},
 		Overrides:        []limiter.Override{recreated},
 		DeletedOverrides: []limiter.Override{{Limit: "NewOrdersPerAccount", BucketID: "1"}, {Limit: "MailsPerAddress", BucketID: "a@b.c"}},
 	})
-	if err != nil {
-		t.Fatal(err)
+	if full {
+		t.Fatal("changes of usable rows need a full load")
 	}
 	s2 := b.Snapshot(7)
 	if r := resolve(t, s2, "NewOrdersPerAccount", "1", t0); r.Params.Burst != 99 {
@@ -257,13 +257,13 @@ func TestGenerationsSeparateBuckets(t *testing.T) {
 	second := orders()
 	second.Generation = 2
 	b := s.Builder()
-	err := b.Apply(limiter.Changes{
+	full := b.Apply(limiter.Changes{
 		Version:          3,
 		Limits:           []limiter.Limit{second},
 		DeletedOverrides: []limiter.Override{{Limit: "NewOrdersPerAccount", BucketID: "42"}},
 	})
-	if err != nil {
-		t.Fatal(err)
+	if full {
+		t.Fatal("changes of usable rows need a full load")
 	}
 	s2 := b.Snapshot(3)
 	if r := resolve(t, s2, "NewOrdersPerAccount", "42", t0); r.Key != "3.2:42" || r.Source != limiter.SourceDefault {
@@ -309,8 +309,8 @@ func TestNewGenerationMovesOverrides(t *testing.T) {
 	weekly := daily
 	weekly.Calendar, weekly.Generation = limiter.CalendarWeek, 2
 	b := s.Builder()
-	if err := b.Apply(limiter.Changes{Version: 2, Limits: []limiter.Limit{weekly}}); err != nil {
-		t.Fatal(err)
+	if b.Apply(limiter.Changes{Version: 2, Limits: []limiter.Limit{weekly}}) {
+		t.Fatal("changes of usable rows need a full load")
 	}
 	s2 := b.Snapshot(2)
 	r := resolve(t, s2, "Exports", "acct-1", t0)
@@ -325,5 +325,60 @@ func TestNewGenerationMovesOverrides(t *testing.T) {
 	}
 	if r := resolve(t, s, "Exports", "acct-1", t0); !strings.HasPrefix(r.Key, "120:") || r.Source != limiter.SourceOverride {
 		t.Errorf("the earlier snapshot changed: key %q, source %s", r.Key, r.Source)
+	}
+}
+
+// TestApplyLeavesOutWhatItCannotUse: an incremental change that brings
+// an override or a rule this version cannot use leaves it out, with its
+// previous version, and applies the rest; one that leaves a limit out, or
+// brings back a limit left out, asks for a full load, which alone knows
+// that limit's overrides and rules. A deleted row is no longer reported.
+func TestApplyLeavesOutWhatItCannotUse(t *testing.T) {
+	kept := override("MailsPerAddress", "a@b.c", 9)
+	kept.ID = "o1"
+	s := build(t, []limiter.Limit{orders(), emails()}, kept)
+
+	bad := kept
+	bad.Count, bad.Period = 1_000_000_000, time.Nanosecond
+	raised := orders()
+	raised.Burst = 400
+	b := s.Builder()
+	if b.Apply(limiter.Changes{Version: 2, Limits: []limiter.Limit{raised}, Overrides: []limiter.Override{bad}}) {
+		t.Fatal("a change of usable limits asks for a full load")
+	}
+	s2 := b.Snapshot(2)
+	if r := resolve(t, s2, "MailsPerAddress", "a@b.c", t0); r.Source != limiter.SourceDefault {
+		t.Errorf("the override's previous version is still in force: %+v", r)
+	}
+	if r := resolve(t, s2, "NewOrdersPerAccount", "1", t0); r.Params.Burst != 400 {
+		t.Errorf("the rest of the change was not applied: %+v", r)
+	}
+	if got := s2.LeftOut(); len(got) != 1 || got[0].Entity != limiter.EntityOverride || got[0].ID != "o1" || got[0].Limit != "MailsPerAddress" ||
+		!strings.HasPrefix(got[0].Reason, "period: ") {
+		t.Errorf("left out %+v", got)
+	}
+	if len(s.LeftOut()) != 0 {
+		t.Errorf("the earlier snapshot changed: %+v", s.LeftOut())
+	}
+
+	zoned := emails()
+	zoned.Calendar, zoned.TimeZone, zoned.Period = limiter.CalendarDay, "localtime", 0
+	if !s2.Builder().Apply(limiter.Changes{Version: 3, Limits: []limiter.Limit{zoned}}) {
+		t.Error("a limit left out does not ask for a full load")
+	}
+	full := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
+	_ = full.PutLimit(zoned)
+	_ = full.PutOverride(kept)
+	s3 := full.Snapshot(3)
+	if got := s3.LeftOut(); len(got) != 2 || got[1].Reason != "its limit MailsPerAddress is left out" {
+		t.Errorf("left out %+v", got)
+	}
+	if !s3.Builder().Apply(limiter.Changes{Version: 4, Limits: []limiter.Limit{emails()}}) {
+		t.Error("a limit back from being left out does not ask for a full load")
+	}
+	b = s3.Builder()
+	b.Apply(limiter.Changes{Version: 4, DeletedOverrides: []limiter.Override{kept}})
+	if got := b.Snapshot(4).LeftOut(); len(got) != 1 || got[0].Entity != limiter.EntityLimit {
+		t.Errorf("after the override's deletion, left out %+v", got)
 	}
 }

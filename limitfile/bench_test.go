@@ -22,7 +22,7 @@ func BenchmarkImportOverrides(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		st := newFakeStore(catalogue()...)
-		if _, errs, err := Import(b.Context(), st, "bench", Overrides, data, true); err != nil || errs != nil {
+		if _, errs, err := Import(b.Context(), st, "bench", Overrides, data, ImportOptions{DryRun: true}); err != nil || errs != nil {
 			b.Fatal(errs, err)
 		}
 	}

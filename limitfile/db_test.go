@@ -37,7 +37,7 @@ func TestDB(t *testing.T) {
 	}
 	imp := func(kind limitfile.Kind, data []byte, dryRun bool) limiter.ImportCounts {
 		t.Helper()
-		counts, errs, err := limitfile.Import(ctx, d, "tester", kind, data, dryRun)
+		counts, errs, err := limitfile.Import(ctx, d, "tester", kind, data, limitfile.ImportOptions{DryRun: dryRun})
 		if err != nil || errs != nil {
 			t.Fatalf("Import: %v, %v", errs, err)
 		}
@@ -111,7 +111,7 @@ func TestDB(t *testing.T) {
 	// A bad document writes nothing, though its good entries come first.
 	bad := []byte("- NewOrdersPerAccount: {burst: 1, count: 1, period: 1s, ids: [99]}\n- NewOrdersPerAccount: {burst: 1, count: 1, period: 1s, ids: [x]}\n")
 	before := dump(t, d)
-	_, errs, err := limitfile.Import(ctx, d, "tester", limitfile.Overrides, bad, false)
+	_, errs, err := limitfile.Import(ctx, d, "tester", limitfile.Overrides, bad, limitfile.ImportOptions{})
 	if err != nil || len(errs) != 1 || errs[0].Line != 2 {
 		t.Errorf("bad import: %v, %v; want one error on line 2", errs, err)
 	}

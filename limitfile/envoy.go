@@ -26,9 +26,10 @@ type EnvoyStore interface {
 	ListLimits(ctx context.Context) ([]limiter.Limit, error)
 	ListRules(ctx context.Context, domain string) ([]limiter.Rule, error)
 	// ImportRules writes limits, rules and overrides in one transaction,
-	// making the rules of domain exactly those given, or with dryRun only
-	// counts what it would write and remove.
-	ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, dryRun bool) (limiter.ImportCounts, error)
+	// making the rules of domain exactly those given, or with merge adding
+	// them to the domain's (a descriptor it has is ErrRuleExists), or with
+	// dryRun only counts what it would write and remove.
+	ImportRules(ctx context.Context, actor, domain string, limits []limiter.Limit, rules []limiter.Rule, overrides []limiter.Override, merge, dryRun bool) (limiter.ImportCounts, error)
 	// Full streams every limit, then every enabled override.
 	Full(ctx context.Context, onLimit func(limiter.Limit) error, onOverride func(limiter.Override) error) (int64, error)
 }
@@ -113,6 +114,15 @@ type envoyReader struct {
 	notes    []string
 	domain   string
 	patterns []*pattern
+	// tops are the top-level descriptors, which a merge may not repeat.
+	tops []top
+}
+
+// top is a top-level descriptor of a document: its entry, line and label.
+type top struct {
+	entry limiter.DescriptorEntry
+	line  int
+	label string
 }
 
 // ImportEnvoy reads an envoyproxy/ratelimit configuration file into
@@ -135,10 +145,12 @@ type envoyReader struct {
 // metadata.ratelimitd carries what the format cannot hold (id_format,
 // burst, description, comment, and a calendar quota's calendar and
 // time_zone, whose unit must be the calendar), as ExportEnvoy writes it.
-// The rules of the domain that the file does not name are deleted. What
-// ratelimitd cannot express with the same meaning is an error naming the
-// line: units it does not know.
-func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
+// The rules of the domain that the file does not name are deleted, unless
+// opts.Merge adds the file to them (see ImportOptions). What ratelimitd
+// cannot express with the same meaning is an error naming the line: units
+// it does not know. So is a replaces entry without a name, or naming its
+// own descriptor, as envoyproxy/ratelimit refuses both.
+func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, opts ImportOptions) (limiter.ImportCounts, []EntryError, error) {
 	root, bad := decode(data)
 	switch {
 	case bad == errEmpty:
@@ -148,6 +160,11 @@ func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, 
 	}
 	r := &envoyReader{}
 	r.document(root)
+	if opts.Merge && len(r.errs) == 0 {
+		if err := r.mergeable(ctx, st); err != nil {
+			return limiter.ImportCounts{}, nil, err
+		}
+	}
 	var limits []limiter.Limit
 	var rules []limiter.Rule
 	var overrides []limiter.Override
@@ -158,7 +175,7 @@ func ImportEnvoy(ctx context.Context, st EnvoyStore, actor string, data []byte, 
 		slices.SortStableFunc(r.errs, func(a, b EntryError) int { return a.Line - b.Line })
 		return limiter.ImportCounts{}, r.errs, nil
 	}
-	counts, err := st.ImportRules(ctx, actor, r.domain, limits, rules, overrides, dryRun)
+	counts, err := st.ImportRules(ctx, actor, r.domain, limits, rules, overrides, opts.Merge, opts.DryRun)
 	if err != nil {
 		return limiter.ImportCounts{}, nil, err
 	}
@@ -229,6 +246,9 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 		entry.Value = value
 	}
 	e.label = clip(label(r.domain, above, entry))
+	if len(above) == 0 {
+		r.tops = append(r.tops, top{entry: entry, line: n.Line, label: e.label})
+	}
 	if v, _, ok := readBool(e, f, "share_threshold"); ok && v {
 		if !strings.Contains(entry.Value, "*") {
 			e.fail(lineOf(f, "share_threshold"), "share_threshold", "is only for a value with a wildcard '*'")
@@ -264,6 +284,50 @@ func (r *envoyReader) descriptor(n *yaml.Node, above []limiter.DescriptorEntry) 
 	if nested != nil {
 		r.list(e, nested, entries, "descriptors")
 	}
+}
+
+// mergeable refuses, for a merge, each top-level descriptor of the file
+// that the domain has already, as envoyproxy/ratelimit refuses two files
+// of one domain that hold the same one, and a rate_limit.name that names
+// the limit of one of the domain's rules, which the merge would change:
+// a merge adds descriptors and changes none. The domain's descriptors are
+// those its export writes, overrides of a rule's limit included.
+func (r *envoyReader) mergeable(ctx context.Context, st EnvoyStore) error {
+	stored, err := st.ListRules(ctx, r.domain)
+	if err != nil || len(stored) == 0 {
+		return err
+	}
+	taken := map[string]bool{}
+	for _, rule := range stored {
+		taken[rule.Limit] = true
+	}
+	doc, err := ExportEnvoy(ctx, st, r.domain)
+	if err != nil {
+		return err
+	}
+	root, bad := decode(doc)
+	if bad != nil {
+		return fmt.Errorf("reading the export of domain %q back: %s", r.domain, bad)
+	}
+	held := &envoyReader{}
+	held.document(root)
+	has := map[limiter.DescriptorEntry]bool{}
+	for _, t := range held.tops {
+		has[limiter.DescriptorEntry{Key: t.entry.Key, Value: t.entry.Value}] = true
+	}
+	for _, t := range r.tops {
+		if has[limiter.DescriptorEntry{Key: t.entry.Key, Value: t.entry.Value}] {
+			r.errs = append(r.errs, EntryError{Line: t.line, Entry: t.label,
+				Message: "domain " + strconv.Quote(clip(r.domain)) + " has this descriptor already: a merge adds descriptors and changes none (import without merge to replace the domain's rules)"})
+		}
+	}
+	for _, p := range r.patterns {
+		if taken[p.name] {
+			r.errs = append(r.errs, EntryError{Line: p.line, Entry: p.label,
+				Message: "rate_limit.name " + strconv.Quote(p.name) + " is the limit of a rule of the domain already: a merge changes none (import without merge to replace the domain's rules)"})
+		}
+	}
+	return nil
 }
 
 // note records what the import keeps of a setting, for its answer.
@@ -356,14 +420,14 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	}
 	before := len(r.errs)
 	f := readFields(e, n, "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces")
-	if n := f.get("replaces"); n != nil {
-		r.replaces(e, n, p)
-	}
 	if name, present, ok := readText(e, f, "name"); present && ok {
 		if msg := limiter.NameProblem(name); msg != "" {
 			e.fail(lineOf(f, "name"), "name", msg+" (it names the limit)")
 		}
 		p.name = name
+	}
+	if n := f.get("replaces"); n != nil {
+		r.replaces(e, n, p)
 	}
 	if unlimited, _, ok := readBool(e, f, "unlimited"); ok && unlimited {
 		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
@@ -429,9 +493,11 @@ func (r *envoyReader) rateLimit(parent *entry, n *yaml.Node, p *pattern) bool {
 	return true
 }
 
-// replaces reads rate_limit.replaces, a list of {name}. A name that no
-// limit can have (envoyproxy/ratelimit accepts any, and an empty one)
-// replaces nothing there either: it is left out, with a note.
+// replaces reads rate_limit.replaces, a list of {name}. As
+// envoyproxy/ratelimit, it refuses an entry without a name and one that
+// names the descriptor's own rate_limit.name. A name that no limit can
+// have (the peer accepts any) replaces nothing there either: it is left
+// out, with a note.
 func (r *envoyReader) replaces(e *entry, n *yaml.Node, p *pattern) {
 	if n.Kind != yaml.SequenceNode {
 		e.fail(n.Line, "replaces", "must be a list of {name}, not "+describe(n))
@@ -444,9 +510,15 @@ func (r *envoyReader) replaces(e *entry, n *yaml.Node, p *pattern) {
 			ie.fail(0, "", "must be a map with name, not "+describe(item))
 			continue
 		}
-		name, _, ok := readText(ie, readFields(ie, item, "name"), "name")
+		f := readFields(ie, item, "name")
+		name, present, ok := readText(ie, f, "name")
 		switch {
-		case !ok:
+		case present && !ok:
+			// Not text: readText said so.
+		case name == "":
+			ie.fail(lineOf(f, "name"), "name", "should not have an empty replaces entry (envoyproxy/ratelimit refuses it too)")
+		case name == p.name:
+			ie.fail(lineOf(f, "name"), "name", "replaces should not contain name of same descriptor: "+strconv.Quote(clip(name))+" is this rate_limit's own name")
 		case limiter.NameProblem(name) != "":
 			r.note(item.Line, e.label, "replaces "+strconv.Quote(clip(name))+" names no limit ratelimitd can hold ("+limiter.NameProblem(name)+"): it replaces nothing and is left out")
 		case !slices.Contains(p.replaces, name):

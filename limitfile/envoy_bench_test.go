@@ -56,7 +56,7 @@ func BenchmarkImportEnvoy(b *testing.B) {
 					b.StopTimer()
 					d := envoyDB(b, engine == "postgres")
 					b.StartTimer()
-					counts, errs, err := limitfile.ImportEnvoy(b.Context(), d, "bench", doc, false)
+					counts, errs, err := limitfile.ImportEnvoy(b.Context(), d, "bench", doc, limitfile.ImportOptions{})
 					if err != nil || errs != nil || counts.Created == 0 {
 						b.Fatal(counts, errs, err)
 					}
@@ -72,7 +72,7 @@ func BenchmarkExportEnvoy(b *testing.B) {
 	for _, n := range []int{1000, 6000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			d := envoyDB(b, false)
-			if _, errs, err := limitfile.ImportEnvoy(b.Context(), d, "bench", envoyDoc(n), false); err != nil || errs != nil {
+			if _, errs, err := limitfile.ImportEnvoy(b.Context(), d, "bench", envoyDoc(n), limitfile.ImportOptions{}); err != nil || errs != nil {
 				b.Fatal(errs, err)
 			}
 			for b.Loop() {

@@ -94,7 +94,7 @@ func TestImportEnvoy(t *testing.T) {
 			ctx := t.Context()
 			imp := func(name string, dryRun bool) limiter.ImportCounts {
 				t.Helper()
-				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", envoyFile(t, name), dryRun)
+				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", envoyFile(t, name), limitfile.ImportOptions{DryRun: dryRun})
 				if err != nil || errs != nil {
 					t.Fatalf("%s: %v, %v", name, errs, err)
 				}
@@ -181,7 +181,7 @@ func TestImportEnvoy(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+				counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, limitfile.ImportOptions{})
 				if err != nil || errs != nil || counts.Created+counts.Updated != 0 {
 					t.Errorf("%s: the export imports as %+v, %v, %v:\n%s", domain, counts, errs, err, out)
 				}
@@ -208,6 +208,10 @@ func TestImportEnvoyErrors(t *testing.T) {
 	}{
 		{"replaces not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: X\n", 7, "rate_limit.replaces: must be a list of {name}"},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - limit: X\n", 8, `rate_limit.replaces[0]: unknown key "limit"`},
+		{"replaces with an empty name", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name:\n", 8, "rate_limit.replaces[0].name: should not have an empty replaces entry"},
+		{"replaces with a name of nothing", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: X\n        - name: \"\"\n", 9, "rate_limit.replaces[1].name: should not have an empty replaces entry"},
+		{"replaces of no name at all", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{}]\n", 7, "should not have an empty replaces entry"},
+		{"replaces naming itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: Self\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: Other\n        - name: Self\n", 10, "rate_limit.replaces[1].name: replaces should not contain name of same descriptor"},
 		{"quota_mode not a bool", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: yes please\n", 4, "quota_mode: must be true or false"},
 		{"not a map", "- a\n", 1, "is a map with domain and descriptors"},
 		{"no domain", "descriptors: []\n", 1, "domain: is required"},
@@ -233,7 +237,7 @@ func TestImportEnvoyErrors(t *testing.T) {
 		{"quota too big", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 4000000000}\n    metadata: {ratelimitd: {calendar: hour}}\n", 4, "requests_per_unit: is more than a calendar quota can hold"},
 		{"quota burst", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n    metadata: {ratelimitd: {calendar: day, burst: 9}}\n", 3, "burst must equal count for a calendar quota"},
 	} {
-		_, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", []byte(tc.doc), false)
+		_, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", []byte(tc.doc), limitfile.ImportOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -266,4 +270,75 @@ func deep(n int) string {
 		}
 	}
 	return b.String()
+}
+
+// TestImportEnvoyMerge: a merge adds a file's descriptors to its domain's
+// rules and keeps the others, as envoyproxy/ratelimit adds up two files
+// of one domain (its merge_domain_key1 and _key2 configurations); a file
+// that repeats a top-level descriptor the domain has, a rule's or an
+// override's, is refused with its line, as the peer refuses it, and so is
+// a rate_limit.name of the domain's limits; nothing is then written. A
+// dry run counts; an import without merge replaces, on both engines.
+func TestImportEnvoyMerge(t *testing.T) {
+	for _, postgres := range []bool{false, true} {
+		d := envoyDB(t, postgres)
+		ctx := t.Context()
+		imp := func(doc string, opts limitfile.ImportOptions) (limiter.ImportCounts, []limitfile.EntryError) {
+			t.Helper()
+			counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", []byte(doc), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return counts, errs
+		}
+		merge := limitfile.ImportOptions{Merge: true}
+		first := "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n" +
+			"  - key: user\n    rate_limit: {name: PerUser, unit: minute, requests_per_unit: 5}\n  - key: user\n    value: vip\n    rate_limit: {unit: minute, requests_per_unit: 50}\n"
+		second := "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+		if _, errs := imp(first, limitfile.ImportOptions{}); errs != nil {
+			t.Fatal(errs)
+		}
+		if counts, errs := imp(second, limitfile.ImportOptions{Merge: true, DryRun: true}); errs != nil || counts.Created != 2 || len(counts.Removed) != 0 {
+			t.Fatalf("dry run: %+v %v", counts, errs)
+		}
+		if counts, errs := imp(second, merge); errs != nil || counts.Created != 2 || len(counts.Removed) != 0 {
+			t.Fatalf("merge: %+v %v", counts, errs)
+		}
+		s := snapshotOf(t, d)
+		for _, kv := range [][]string{{"key1", "value1"}, {"key2", "value2"}, {"user", "vip"}} {
+			if limit, _ := decide(t, s, "test-domain", kv...); limit == "" {
+				t.Errorf("after the merge %v matches no rule", kv)
+			}
+		}
+		rulesBefore, _ := d.ListRules(ctx, "test-domain")
+		for _, tc := range []struct {
+			name, doc string
+			line      int
+			want      string
+		}{
+			{"a rule's descriptor", "domain: test-domain\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n" +
+				"  - key: key1\n    value: value1\n    descriptors:\n      - key: sub\n        rate_limit: {unit: second, requests_per_unit: 1}\n", 5,
+				`domain "test-domain" has this descriptor already`},
+			{"an override's descriptor", "domain: test-domain\ndescriptors:\n  - key: user\n    value: vip\n    rate_limit: {unit: second, requests_per_unit: 1}\n", 3,
+				"has this descriptor already"},
+			{"a limit of the domain", "domain: test-domain\ndescriptors:\n  - key: team\n    rate_limit: {name: PerUser, unit: second, requests_per_unit: 1}\n", 3,
+				`rate_limit.name "PerUser" is the limit of a rule of the domain already`},
+		} {
+			_, errs := imp(tc.doc, merge)
+			found := false
+			for _, e := range errs {
+				found = found || e.Line == tc.line && strings.Contains(e.Message, tc.want)
+			}
+			if !found {
+				t.Errorf("%s: %v; want line %d: %q", tc.name, errs, tc.line, tc.want)
+			}
+		}
+		if rulesAfter, _ := d.ListRules(ctx, "test-domain"); len(rulesAfter) != len(rulesBefore) {
+			t.Errorf("refused merges changed the rules: %d before, %d after", len(rulesBefore), len(rulesAfter))
+		}
+		// Without merge, the file is the domain's rules.
+		if counts, errs := imp(second, limitfile.ImportOptions{}); errs != nil || len(counts.Removed) != 2 {
+			t.Fatalf("replace: %+v %v", counts, errs)
+		}
+	}
 }

@@ -158,7 +158,7 @@ func TestRoundTrip(t *testing.T) {
 			} else {
 				st = newFakeStore(catalogue()...)
 			}
-			if _, errs, err := Import(t.Context(), st, "tester", tc.kind, testdata(t, tc.file), false); err != nil || errs != nil {
+			if _, errs, err := Import(t.Context(), st, "tester", tc.kind, testdata(t, tc.file), ImportOptions{}); err != nil || errs != nil {
 				t.Fatalf("Import: %v, %v", errs, err)
 			}
 			roundTrip(t, st, tc.kind)
@@ -197,7 +197,7 @@ func roundTrip(t testing.TB, st Store, kind Kind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, errs, err := Import(ctx, st, "tester", kind, out, false)
+	counts, errs, err := Import(ctx, st, "tester", kind, out, ImportOptions{})
 	if err != nil || errs != nil {
 		t.Fatalf("Import of the export: %v, %v\n%s", errs, err, out)
 	}

@@ -65,7 +65,7 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, kind := range []Kind{Defaults, Overrides} {
 			st := fuzzStore()
-			_, errs, err := Import(t.Context(), st, "fuzz", kind, data, false)
+			_, errs, err := Import(t.Context(), st, "fuzz", kind, data, ImportOptions{})
 			if err != nil {
 				t.Fatalf("%s: the store refused what the checks accepted: %v", kind, err)
 			}
@@ -105,7 +105,7 @@ func FuzzRoundTrip(f *testing.F) {
 				t.Fatal(err)
 			}
 			st := fuzzStore()
-			_, errs, err := Import(t.Context(), st, "fuzz", kind, data, false)
+			_, errs, err := Import(t.Context(), st, "fuzz", kind, data, ImportOptions{})
 			if err != nil {
 				t.Fatalf("%s: the store refused what the checks accepted: %v", kind, err)
 			}

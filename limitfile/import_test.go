@@ -141,7 +141,7 @@ func TestImportDefaults(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore(tc.stored...)
-			counts, errs, err := Import(t.Context(), st, "tester", Defaults, []byte(tc.doc), false)
+			counts, errs, err := Import(t.Context(), st, "tester", Defaults, []byte(tc.doc), ImportOptions{})
 			if err != nil || errs != nil {
 				t.Fatalf("Import: %v, %v", errs, err)
 			}
@@ -233,7 +233,7 @@ func TestImportOverrides(t *testing.T) {
 			for _, o := range tc.stored {
 				st.withOverride(o)
 			}
-			counts, errs, err := Import(t.Context(), st, "tester", Overrides, []byte(tc.doc), false)
+			counts, errs, err := Import(t.Context(), st, "tester", Overrides, []byte(tc.doc), ImportOptions{})
 			if err != nil || errs != nil {
 				t.Fatalf("Import: %v, %v", errs, err)
 			}
@@ -260,7 +260,7 @@ func TestImportEmpty(t *testing.T) {
 				continue
 			}
 			st := newFakeStore()
-			counts, errs, err := Import(t.Context(), st, "tester", kind, []byte(doc), false)
+			counts, errs, err := Import(t.Context(), st, "tester", kind, []byte(doc), ImportOptions{})
 			if err != nil || errs != nil || !reflect.DeepEqual(counts, limiter.ImportCounts{}) || st.imports != 0 {
 				t.Errorf("%s %q: %+v, %v, %v; Import called %d times", kind, doc, counts, errs, err, st.imports)
 			}
@@ -271,7 +271,7 @@ func TestImportEmpty(t *testing.T) {
 func TestImportDryRun(t *testing.T) {
 	st := newFakeStore(catalogue()...)
 	before, _ := st.state()
-	counts, errs, err := Import(t.Context(), st, "tester", Defaults, []byte("NewOrdersPerAccount: {burst: 1, count: 1, period: 1s}\nX: {burst: 1, count: 1, period: 1s, id_format: string}"), true)
+	counts, errs, err := Import(t.Context(), st, "tester", Defaults, []byte("NewOrdersPerAccount: {burst: 1, count: 1, period: 1s}\nX: {burst: 1, count: 1, period: 1s, id_format: string}"), ImportOptions{DryRun: true})
 	if err != nil || errs != nil {
 		t.Fatalf("Import: %v, %v", errs, err)
 	}
@@ -288,7 +288,7 @@ func TestImportStoreErrors(t *testing.T) {
 	st := newFakeStore()
 	st.err = boom
 	for _, kind := range []Kind{Defaults, Overrides} {
-		_, errs, err := Import(t.Context(), st, "tester", kind, []byte("A: {}"), false)
+		_, errs, err := Import(t.Context(), st, "tester", kind, []byte("A: {}"), ImportOptions{})
 		if !errors.Is(err, boom) || errs != nil {
 			t.Errorf("%s: %v, %v; want boom", kind, errs, err)
 		}
@@ -298,11 +298,11 @@ func TestImportStoreErrors(t *testing.T) {
 	}
 	// A limit taken in the meantime: the store's conflict is the error.
 	st = newFakeStore(lim("A", 100, limiter.String, 1, 1, time.Second))
-	_, errs, err := Import(t.Context(), st, "tester", Defaults, []byte("A: {burst: 1, count: 1, period: 1s, enum: 100}"), false)
+	_, errs, err := Import(t.Context(), st, "tester", Defaults, []byte("A: {burst: 1, count: 1, period: 1s, enum: 100}"), ImportOptions{})
 	if err != nil || errs != nil {
 		t.Fatal(errs, err)
 	}
-	_, _, err = Import(t.Context(), racer{st}, "tester", Defaults, []byte("B: {burst: 1, count: 1, period: 1s, id_format: string, enum: 100}"), false)
+	_, _, err = Import(t.Context(), racer{st}, "tester", Defaults, []byte("B: {burst: 1, count: 1, period: 1s, id_format: string, enum: 100}"), ImportOptions{})
 	if !errors.Is(err, limiter.ErrConflict) {
 		t.Errorf("Import after a race: %v; want a conflict", err)
 	}
@@ -317,7 +317,7 @@ func (racer) ListLimits(context.Context) ([]limiter.Limit, error) { return nil, 
 func TestImportBadKind(t *testing.T) {
 	st := newFakeStore()
 	for _, kind := range []Kind{"", "limits"} {
-		if _, _, err := Import(t.Context(), st, "tester", kind, []byte("A: {}"), false); err == nil {
+		if _, _, err := Import(t.Context(), st, "tester", kind, []byte("A: {}"), ImportOptions{}); err == nil {
 			t.Errorf("Import of kind %q: no error", kind)
 		}
 		if _, err := Export(t.Context(), st, kind); err == nil {
@@ -414,7 +414,7 @@ func TestImportErrorFiles(t *testing.T) {
 func checkErrors(t *testing.T, st *fakeStore, kind Kind, doc string, want []EntryError) {
 	t.Helper()
 	limits, overrides := st.state()
-	counts, errs, err := Import(t.Context(), st, "tester", kind, []byte(doc), false)
+	counts, errs, err := Import(t.Context(), st, "tester", kind, []byte(doc), ImportOptions{})
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}
@@ -529,7 +529,7 @@ func TestImportErrors(t *testing.T) {
 func TestImportAccountWideOverride(t *testing.T) {
 	st := newFakeStore(lim("FailedAuthorizationsPerDomainPerAccount", 4, limiter.RegIDDomain, 3, 3, time.Minute))
 	doc := "- FailedAuthorizationsPerDomainPerAccount:\n    burst: 60\n    count: 60\n    period: 3s\n    ids:\n      - id: 01234\n        comment: Foo\n"
-	counts, errs, err := Import(context.Background(), st, "test", Overrides, []byte(doc), false)
+	counts, errs, err := Import(context.Background(), st, "test", Overrides, []byte(doc), ImportOptions{})
 	if err != nil || len(errs) > 0 || counts.Created != 1 {
 		t.Fatalf("Import = %+v, %v, %v", counts, errs, err)
 	}

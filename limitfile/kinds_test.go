@@ -67,7 +67,7 @@ func TestBoulderRateLimitsOnly(t *testing.T) {
 		if !strings.HasPrefix(string(out), tc.comment) || strings.Count(string(out), "Exports") != 1 || strings.Count(string(out), "ModelCalls") != 1 {
 			t.Errorf("%s export:\n%s", tc.kind, out)
 		}
-		counts, errs, err := limitfile.Import(ctx, d, "tester", tc.kind, out, false)
+		counts, errs, err := limitfile.Import(ctx, d, "tester", tc.kind, out, limitfile.ImportOptions{})
 		if err != nil || errs != nil || !reflect.DeepEqual(counts, limiter.ImportCounts{Unchanged: 1}) {
 			t.Errorf("%s: the export imports as %+v, %v, %v", tc.kind, counts, errs, err)
 		}
@@ -93,7 +93,7 @@ func TestBoulderRateLimitsOnly(t *testing.T) {
 				{Line: 1, Entry: "ModelCalls:b", Message: "limit ModelCalls is a concurrency limit, which Boulder's format cannot describe; set its overrides with POST /v1/overrides"},
 			}},
 	} {
-		_, errs, err := limitfile.Import(ctx, d, "tester", tc.kind, []byte(tc.doc), false)
+		_, errs, err := limitfile.Import(ctx, d, "tester", tc.kind, []byte(tc.doc), limitfile.ImportOptions{})
 		if err != nil || !reflect.DeepEqual(errs, tc.want) {
 			t.Errorf("%s %q:\n got %+v, %v\nwant %+v", tc.kind, tc.doc, errs, err, tc.want)
 		}
@@ -135,7 +135,7 @@ func TestEnvoyQuotaRoundTrip(t *testing.T) {
 		}
 	}
 	before := dump(t, d)
-	counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+	counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, limitfile.ImportOptions{})
 	if err != nil || errs != nil || counts.Created+counts.Updated != 0 {
 		t.Errorf("the export imports into its database as %+v, %v, %v", counts, errs, err)
 	}
@@ -144,7 +144,7 @@ func TestEnvoyQuotaRoundTrip(t *testing.T) {
 	}
 
 	fresh := envoyDB(t, false)
-	if _, errs, err := limitfile.ImportEnvoy(ctx, fresh, "tester", out, false); err != nil || errs != nil {
+	if _, errs, err := limitfile.ImportEnvoy(ctx, fresh, "tester", out, limitfile.ImportOptions{}); err != nil || errs != nil {
 		t.Fatalf("the export imports into another database: %v, %v", errs, err)
 	}
 	l, err := fresh.GetLimit(ctx, "Exports")
@@ -168,7 +168,7 @@ func TestEnvoyUnitIsARate(t *testing.T) {
 	otherKinds(t, d)
 	ctx := t.Context()
 	doc := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: Daily, unit: day, requests_per_unit: 100}\n"
-	if _, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", []byte(doc), false); err != nil || errs != nil {
+	if _, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", []byte(doc), limitfile.ImportOptions{}); err != nil || errs != nil {
 		t.Fatalf("%v, %v", errs, err)
 	}
 	if l, err := d.GetLimit(ctx, "Daily"); err != nil || l.Quota() || l.Period != 24*time.Hour || l.KindOf() != limiter.KindRate {
@@ -179,7 +179,7 @@ func TestEnvoyUnitIsARate(t *testing.T) {
 	before := dump(t, d)
 	for _, name := range []string{"Exports", "ModelCalls"} {
 		doc := "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {name: " + name + ", unit: day, requests_per_unit: 100}\n"
-		if _, _, err := limitfile.ImportEnvoy(ctx, d, "tester", []byte(doc), false); !errors.Is(err, limiter.ErrKindFixed) {
+		if _, _, err := limitfile.ImportEnvoy(ctx, d, "tester", []byte(doc), limitfile.ImportOptions{}); !errors.Is(err, limiter.ErrKindFixed) {
 			t.Errorf("%s: %v, want ErrKindFixed", name, err)
 		}
 	}

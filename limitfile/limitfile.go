@@ -157,6 +157,19 @@ func boulderProblem(l limiter.Limit) string {
 	return ""
 }
 
+// ImportOptions say how an import writes.
+type ImportOptions struct {
+	// DryRun checks and counts, and writes nothing.
+	DryRun bool
+	// Merge adds an Envoy configuration's descriptors to its domain's
+	// rules and keeps the others, as envoyproxy/ratelimit adds up the
+	// files of one domain under MERGE_DOMAIN_CONFIG: a top-level
+	// descriptor that the domain has already is an entry error, as two
+	// files holding it are there. Without it the file replaces the
+	// domain's rules. Only for Envoy configurations.
+	Merge bool
+}
+
 // Import parses data as a document of the given kind, checks every entry
 // against Let's Encrypt's catalogue and the limits in st, and writes all of
 // them in one call of st.Import, or nothing. When any entry is bad it
@@ -176,7 +189,7 @@ func boulderProblem(l limiter.Limit) string {
 //
 // The checks read st before the write, so a limit changed in between can
 // still make st.Import fail with a conflict; it then writes nothing either.
-func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte, dryRun bool) (limiter.ImportCounts, []EntryError, error) {
+func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte, opts ImportOptions) (limiter.ImportCounts, []EntryError, error) {
 	if _, err := ParseKind(string(kind)); err != nil {
 		return limiter.ImportCounts{}, nil, err
 	}
@@ -185,7 +198,10 @@ func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte,
 		if !ok {
 			return limiter.ImportCounts{}, nil, errors.New("this store cannot hold rules, which an Envoy configuration needs")
 		}
-		return ImportEnvoy(ctx, es, actor, data, dryRun)
+		return ImportEnvoy(ctx, es, actor, data, opts)
+	}
+	if opts.Merge {
+		return limiter.ImportCounts{}, nil, errors.New("merge is only for an Envoy configuration: Boulder's files add to the limits and overrides already")
 	}
 	root, bad := decode(data)
 	switch {
@@ -219,7 +235,7 @@ func Import(ctx context.Context, st Store, actor string, kind Kind, data []byte,
 	if len(limits) == 0 && len(overrides) == 0 {
 		return limiter.ImportCounts{}, nil, nil
 	}
-	counts, err := st.Import(ctx, actor, limits, overrides, dryRun)
+	counts, err := st.Import(ctx, actor, limits, overrides, opts.DryRun)
 	if err != nil {
 		return limiter.ImportCounts{}, nil, err
 	}

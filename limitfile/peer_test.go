@@ -21,7 +21,7 @@ func importPeer(t *testing.T, d envoyStore, name string, dryRun bool) limiter.Im
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", data, dryRun)
+	counts, errs, err := limitfile.ImportEnvoy(t.Context(), d, "tester", data, limitfile.ImportOptions{DryRun: dryRun})
 	if err != nil || errs != nil {
 		t.Fatalf("%s: %v, %v", name, errs, err)
 	}
@@ -131,7 +131,7 @@ func TestPeerRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dryRun := range []bool{true, false} {
-		counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, dryRun)
+		counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, limitfile.ImportOptions{DryRun: dryRun})
 		if err != nil || errs != nil || counts.Created+counts.Updated != 0 || len(counts.Removed) != 0 {
 			t.Errorf("dry run %v: the export imports as %+v, %v, %v:\n%s", dryRun, counts, errs, err, out)
 		}
@@ -178,7 +178,7 @@ func TestPeerReplaces(t *testing.T) {
 	if limit, res := decide(t, s, "replace", "category", "read", "user", "vip"); limit == "ReadPerUser" || res.Params.Count != 100 {
 		t.Errorf("vip: %s %+v, want a limit of its own", limit, res)
 	}
-	if notes := strings.Join(counts.Notes, "\n"); !strings.Contains(notes, `replaces "" names no limit`) {
+	if notes := strings.Join(counts.Notes, "\n"); !strings.Contains(notes, `replaces "no limit's name" names no limit`) {
 		t.Errorf("notes: %s", notes)
 	}
 }
@@ -214,7 +214,7 @@ func TestPeerModesRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, false)
+		counts, errs, err := limitfile.ImportEnvoy(ctx, d, "tester", out, limitfile.ImportOptions{})
 		if err != nil || errs != nil || counts.Created+counts.Updated != 0 || len(counts.Removed) != 0 {
 			t.Errorf("%s: the export imports as %+v, %v, %v:\n%s", domain, counts, errs, err, out)
 		}

@@ -2,13 +2,14 @@
 // step with the database, so that decisions never touch SQL. It loads
 // everything at start, applies the changes the database announces, and
 // reloads everything every sync interval; when the database fails,
-// decisions go on from the last good snapshot while the loader retries.
+// decisions go on from the last good snapshot while the loader retries. A
+// row this version cannot use never stops a load: it is left out, with
+// the rows that depend on it, and reported (Status.LeftOut, the log).
 package loader
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -80,6 +81,8 @@ type Status struct {
 	Overrides int
 	// Err is the last failure since the last success, nil when in step.
 	Err error
+	// LeftOut are the stored rows the snapshot lacks, and why.
+	LeftOut []limiter.LeftOut
 }
 
 // Loader keeps a Target's snapshot current. Run it once.
@@ -238,11 +241,15 @@ func (l *Loader) full(ctx context.Context) error {
 	defer cancel()
 	now := l.cfg.Now()
 	b := limiter.NewBuilder(limiter.Parsers{Canonical: bucketid.Canonical, ValidateRule: rules.Validate, IndexRules: rules.Index})
-	version, err := l.cfg.Source.Full(ctx, b.PutLimit, func(o limiter.Override) error {
-		if !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt) {
-			return nil // expired: never applies again
+	// A row refused is left out, and recorded as such by the builder.
+	version, err := l.cfg.Source.Full(ctx, func(lim limiter.Limit) error {
+		_ = b.PutLimit(lim)
+		return nil
+	}, func(o limiter.Override) error {
+		if o.ExpiresAt.IsZero() || now.Before(o.ExpiresAt) { // else expired: never applies again
+			_ = b.PutOverride(o)
 		}
-		return b.PutOverride(o)
+		return nil
 	})
 	if err != nil {
 		return err
@@ -267,16 +274,15 @@ func (l *Loader) full(ctx context.Context) error {
 // snapshot's version: a rule of a limit the snapshot lacks is left out,
 // and the changes after that version, which a write after the full read
 // began always announces, bring the limit and its rule. Reading a rule
-// twice, or the deletion of one never read, is harmless.
+// twice, or the deletion of one never read, is harmless. A rule refused
+// is recorded as left out by the builder.
 func (l *Loader) putRules(ctx context.Context, b *limiter.Builder) error {
 	rules, err := l.cfg.Source.ListRules(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, r := range rules {
-		if err := b.PutRule(r); err != nil && !errors.Is(err, limiter.ErrNotFound) {
-			return err
-		}
+		_ = b.PutRule(r)
 	}
 	return nil
 }
@@ -315,8 +321,10 @@ func (l *Loader) since(ctx context.Context) error {
 	}
 	if ch.Version > snap.Version() {
 		b := snap.Builder()
-		if err := b.Apply(ch); err != nil {
-			return fmt.Errorf("applying changes up to version %d: %w", ch.Version, err)
+		if b.Apply(ch) {
+			// A limit is left out, or comes back: what its overrides and
+			// rules are is the full load's to find.
+			return l.full(ctx)
 		}
 		snap = b.Snapshot(ch.Version)
 	}
@@ -329,14 +337,38 @@ func (l *Loader) since(ctx context.Context) error {
 func (l *Loader) publish(s *limiter.Snapshot, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	leftOut := s.LeftOut()
 	if l.snap != s {
+		l.logLeftOut(l.status.LeftOut, leftOut)
 		l.cfg.Target.SetSnapshot(s)
 		l.snap = s
 	}
 	if l.status.Err != nil {
 		l.cfg.Logger.Info("snapshot in step with the database again", "version", s.Version())
 	}
-	l.status = Status{Loaded: true, Version: s.Version(), SyncedAt: now, Limits: len(s.Limits()), Overrides: s.Overrides()}
+	l.status = Status{Loaded: true, Version: s.Version(), SyncedAt: now, Limits: len(s.Limits()), Overrides: s.Overrides(),
+		LeftOut: leftOut}
+}
+
+// logLeftOut logs each row that the new snapshot leaves out and the one
+// before did not, or for another reason, and each that it holds again:
+// once per row and change, not on every load.
+func (l *Loader) logLeftOut(before, after []limiter.LeftOut) {
+	was := make(map[[2]string]string, len(before))
+	for _, r := range before {
+		was[[2]string{r.Entity, r.ID}] = r.Reason
+	}
+	for _, r := range after {
+		key := [2]string{r.Entity, r.ID}
+		if reason, ok := was[key]; !ok || reason != r.Reason {
+			l.cfg.Logger.Warn("a stored row is left out of the snapshot; the rest is in force",
+				"entity", r.Entity, "id", r.ID, "limit", r.Limit, "reason", r.Reason)
+		}
+		delete(was, key)
+	}
+	for key := range was {
+		l.cfg.Logger.Info("a stored row left out is in force again, or gone", "entity", key[0], "id", key[1])
+	}
 }
 
 func (l *Loader) failed(ctx context.Context, what string, err error) {

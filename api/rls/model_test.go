@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
 // The model's vocabulary: few domains, keys and values, so that random
@@ -55,6 +56,9 @@ const (
 	opCreateRule ruleOpKind = iota
 	opDeleteRule
 	opDecide
+	// opImport imports an Envoy configuration of rules, replacing its
+	// domain's or merged into them.
+	opImport
 )
 
 // ruleOp is one operation. A rule is named by its limit, which is its own,
@@ -68,6 +72,10 @@ type ruleOp struct {
 	// descriptors and their hits_addend, nil for none (decide).
 	descriptors [][]limiter.DescriptorEntry
 	hits        []*uint64
+	// imported are the rules of an import's file, each with a limit of its
+	// own named by its rate_limit.name; merge adds them to the domain's.
+	imported []limiter.Rule
+	merge    bool
 }
 
 func (o ruleOp) String() string {
@@ -76,6 +84,8 @@ func (o ruleOp) String() string {
 		return fmt.Sprintf("create rule %s %s -> %s", o.domain, entriesText(o.entries), o.limit)
 	case opDeleteRule:
 		return "delete rule of " + o.limit
+	case opImport:
+		return fmt.Sprintf("import merge=%v:\n\t%s", o.merge, strings.ReplaceAll(strings.TrimSpace(envoyDoc(o)), "\n", "\n\t"))
 	}
 	var ds []string
 	for i, d := range o.descriptors {
@@ -107,8 +117,10 @@ type ruleModel struct {
 	hits  map[[2]string]uint64 // by limit and bucket id
 	// contested counts the descriptors that several rules matched, and
 	// matched those that one or more did: the log shows that a sequence
-	// tested precedence at all.
+	// tested precedence at all. imports and refused count the imports and
+	// those refused.
 	contested, matched int
+	imports, refused   int
 	// twins counts the requests also sent to forward auth, compared
 	// header for header with ShouldRateLimit's answer.
 	twins, compared int
@@ -123,13 +135,139 @@ type ruleGenerator struct {
 
 func (g *ruleGenerator) next(m *ruleModel) ruleOp {
 	g.n++
-	switch p := g.r.IntN(10); {
+	switch p := g.r.IntN(12); {
 	case p < 3:
 		return g.create()
 	case p < 4 && len(m.rules) > 0:
 		return ruleOp{kind: opDeleteRule, limit: m.rules[g.r.IntN(len(m.rules))].Limit}
+	case p < 5:
+		return g.importFile(m)
 	}
 	return g.decide(m)
+}
+
+// importFile makes an import of one to three rules of a domain, merged
+// into its rules or replacing them; a merged rule's top-level entry is
+// often one the domain has, which the merge must refuse, and a file
+// sometimes holds one descriptor twice, which it must refuse too.
+func (g *ruleGenerator) importFile(m *ruleModel) ruleOp {
+	o := ruleOp{kind: opImport, domain: modelDomains[g.r.IntN(len(modelDomains))], merge: g.r.IntN(3) > 0}
+	for i := range 1 + g.r.IntN(3) {
+		r := limiter.Rule{Domain: o.domain, Limit: "L" + strconv.Itoa(g.n) + "i" + strconv.Itoa(i)}
+		for range 1 + g.r.IntN(3) {
+			e := limiter.DescriptorEntry{Key: modelKeys[g.r.IntN(len(modelKeys))]}
+			switch g.r.IntN(3) {
+			case 0:
+				e.Value = modelValues[g.r.IntN(len(modelValues))]
+			case 1:
+				e.Value = modelWildcards[g.r.IntN(len(modelWildcards))]
+			}
+			r.Descriptor = append(r.Descriptor, e)
+		}
+		var domainRules []limiter.Rule
+		for _, x := range m.rules {
+			if x.Domain == o.domain {
+				domainRules = append(domainRules, x)
+			}
+		}
+		switch n := g.r.IntN(6); {
+		case n < 2 && len(domainRules) > 0:
+			top := domainRules[g.r.IntN(len(domainRules))].Descriptor[0]
+			r.Descriptor[0] = limiter.DescriptorEntry{Key: top.Key, Value: top.Value}
+		case n == 2 && len(o.imported) > 0:
+			r.Descriptor = slices.Clone(o.imported[0].Descriptor)
+		}
+		o.imported = append(o.imported, r)
+	}
+	return o
+}
+
+// envoyDoc writes an import's file: its rules as a tree of descriptors,
+// each limit of burst modelBurst and count modelCount a week, as the
+// rules created over REST have.
+func envoyDoc(o ruleOp) string {
+	type node struct {
+		entry    limiter.DescriptorEntry
+		limit    string
+		children []*node
+	}
+	// at finds, or makes, the node of entries under root.
+	at := func(root *node, entries []limiter.DescriptorEntry) *node {
+		n := root
+		for _, e := range entries {
+			i := slices.IndexFunc(n.children, func(c *node) bool { return c.entry == e })
+			if i < 0 {
+				n.children = append(n.children, &node{entry: e})
+				i = len(n.children) - 1
+			}
+			n = n.children[i]
+		}
+		return n
+	}
+	// A descriptor the file holds twice goes under a tree of its own, as
+	// a sibling, which the import refuses.
+	roots := []*node{{}}
+	for _, r := range o.imported {
+		for i := 0; ; i++ {
+			if i == len(roots) {
+				roots = append(roots, &node{})
+			}
+			if n := at(roots[i], r.Descriptor); n.limit == "" {
+				n.limit = r.Limit
+				break
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString("domain: " + o.domain + "\ndescriptors:\n")
+	var write func(n *node, indent string)
+	write = func(n *node, indent string) {
+		b.WriteString(indent + "- key: " + strconv.Quote(n.entry.Key) + "\n")
+		if n.entry.Value != "" {
+			b.WriteString(indent + "  value: " + strconv.Quote(n.entry.Value) + "\n")
+		}
+		if n.limit != "" {
+			fmt.Fprintf(&b, "%s  rate_limit: {name: %s, unit: week, requests_per_unit: %d}\n", indent, n.limit, modelCount)
+			fmt.Fprintf(&b, "%s  metadata: {ratelimitd: {burst: %d}}\n", indent, modelBurst)
+		}
+		if len(n.children) > 0 {
+			b.WriteString(indent + "  descriptors:\n")
+			for _, c := range n.children {
+				write(c, indent+"    ")
+			}
+		}
+	}
+	for _, root := range roots {
+		for _, c := range root.children {
+			write(c, "  ")
+		}
+	}
+	return b.String()
+}
+
+// importRefused says why the documentation refuses an import, "" when it
+// writes it: a descriptor twice in the file, or, for a merge, a top-level
+// descriptor of the file that the domain has.
+func (m *ruleModel) importRefused(o ruleOp) string {
+	same := func(a, b limiter.DescriptorEntry) bool { return a.Key == b.Key && a.Value == b.Value }
+	for i, r := range o.imported {
+		for _, x := range o.imported[:i] {
+			if slices.EqualFunc(r.Descriptor, x.Descriptor, same) {
+				return "the file holds " + entriesText(r.Descriptor) + " twice"
+			}
+		}
+	}
+	if !o.merge {
+		return ""
+	}
+	for _, r := range o.imported {
+		for _, x := range m.rules {
+			if x.Domain == o.domain && same(r.Descriptor[0], x.Descriptor[0]) {
+				return "the domain has " + entriesText(r.Descriptor[:1]) + " already"
+			}
+		}
+	}
+	return ""
 }
 
 func (g *ruleGenerator) create() ruleOp {
@@ -355,10 +493,59 @@ func (d *ruleDriver) apply(o ruleOp) string {
 		d.m.rules = slices.Delete(d.m.rules, i, i+1)
 	case opDecide:
 		return d.decide(o)
+	case opImport:
+		if msg := d.importFile(o); msg != "" {
+			return msg
+		}
 	}
 	if err := d.e.loader.Sync(ctx); err != nil {
 		return "sync: " + err.Error()
 	}
+	return ""
+}
+
+// importFile imports o's file through the importer that the REST API
+// and the command line share, and its twin (twin domain, twin limits),
+// and checks that each is refused exactly when the model says so.
+func (d *ruleDriver) importFile(o ruleOp) string {
+	ctx := context.Background()
+	refused := d.m.importRefused(o)
+	d.m.imports++
+	if refused != "" {
+		d.m.refused++
+	}
+	tw := o
+	tw.domain, tw.imported = twin(o.domain), slices.Clone(o.imported)
+	for i := range tw.imported {
+		tw.imported[i].Domain, tw.imported[i].Limit = tw.domain, twin(tw.imported[i].Limit)
+	}
+	for _, op := range []ruleOp{o, tw} {
+		_, errs, err := limitfile.ImportEnvoy(ctx, d.e.db, "test", []byte(envoyDoc(op)), limitfile.ImportOptions{Merge: op.merge})
+		switch {
+		case err != nil:
+			return "import: " + err.Error()
+		case refused != "" && len(errs) == 0:
+			return "the import of " + op.domain + " was written, though " + refused
+		case refused == "" && len(errs) > 0:
+			return fmt.Sprintf("the import of %s was refused: %v", op.domain, errs)
+		case refused != "":
+			continue
+		}
+		stored, err := d.e.db.ListRules(ctx, op.domain)
+		if err != nil {
+			return "listing the rules: " + err.Error()
+		}
+		for _, r := range stored {
+			d.ids[r.Limit] = r.ID
+		}
+	}
+	if refused != "" {
+		return ""
+	}
+	if !o.merge {
+		d.m.rules = slices.DeleteFunc(d.m.rules, func(r limiter.Rule) bool { return r.Domain == o.domain })
+	}
+	d.m.rules = append(d.m.rules, o.imported...)
 	return ""
 }
 
@@ -564,8 +751,8 @@ func TestRulesModel(t *testing.T) {
 				ops, at, msg, m := runRules(t, eng, modelSteps, g.next)
 				if at < 0 {
 					t.Logf("seed %d: %d operations as the model says; %d descriptors matched a rule, %d of them several, %d rules live at the end; "+
-						"%d requests also through forward auth, %d of them compared header for header",
-						seed, len(ops), m.matched, m.contested, len(m.rules), m.twins, m.compared)
+						"%d imports, %d of them refused; %d requests also through forward auth, %d of them compared header for header",
+						seed, len(ops), m.matched, m.contested, len(m.rules), m.imports, m.refused, m.twins, m.compared)
 					continue
 				}
 				t.Logf("seed %d: operation %d: %s; shrinking", seed, at, msg)

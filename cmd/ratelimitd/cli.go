@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/limitfile"
 )
 
 // A command is one of ratelimitd's commands, or one action of a command
@@ -94,17 +96,21 @@ replicas, run "ratelimitd migrate" once before a rollout.`,
 		define: func(*flag.FlagSet) runner { return migrate },
 	},
 	{
-		name: "import", synopsis: "import [-kind defaults|overrides|envoy] [-dry-run] [-create] FILE",
+		name: "import", synopsis: "import [-kind defaults|overrides|envoy] [-merge] [-dry-run] [-create] FILE",
 		summary: "import limits, overrides or Envoy rules from a YAML file, all or nothing",
 		about: `Reads FILE in one of Boulder's formats (defaults: a map of limits; overrides:
 a list) or as envoyproxy/ratelimit's configuration (envoy), and writes all of it,
-or nothing when an entry is bad: each bad entry is listed as FILE:LINE.`,
+or nothing when an entry is bad: each bad entry is listed as FILE:LINE. An Envoy
+configuration replaces its domain's rules, or with -merge is added to them.`,
 		shown: databaseMigrateSettings,
 		define: func(fs *flag.FlagSet) runner {
 			kind := fs.String("kind", "", "what FILE holds: `defaults|overrides|envoy`; defaults or overrides is told from the document when left out")
+			merge := fs.Bool("merge", false, "with -kind envoy: add FILE's descriptors to its domain's rules, keeping the others; a descriptor the domain has is a bad entry")
 			dryRun := fs.Bool("dry-run", false, "validate and count, write nothing")
 			create := createFlag(fs)
-			return func(ctx context.Context, inv *invocation) error { return importFile(ctx, inv, *kind, *dryRun, *create) }
+			return func(ctx context.Context, inv *invocation) error {
+				return importFile(ctx, inv, *kind, limitfile.ImportOptions{DryRun: *dryRun, Merge: *merge}, *create)
+			}
 		},
 	},
 	{

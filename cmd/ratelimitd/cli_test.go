@@ -250,6 +250,17 @@ func TestFlagsOnBothSides(t *testing.T) {
 	must("would import", "import", defaults, "-kind", "defaults", "-database-url", dbURL, "-dry-run")
 	must("would import", "import", "-dry-run", defaults, "-database-url", dbURL)
 	must("1 created", "import", "-database-url", dbURL, defaults, "-kind", "defaults")
+	// An Envoy file merged into its domain, and the same file again,
+	// refused with its line: the domain has its descriptor.
+	envoy := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(envoy, []byte("domain: edge\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must("2 created", "import", "-kind", "envoy", "-merge", envoy, "-database-url", dbURL)
+	if out, log, err := cliRun(env, "import", "-kind", "envoy", "-merge", envoy, "-database-url", dbURL); err == nil ||
+		!strings.Contains(log, envoy+": line 3") || !strings.Contains(log, "has this descriptor already") {
+		t.Errorf("a second merge of one file: %v\n%s%s", err, out, log)
+	}
 	must("Logins", "export", "-kind", "defaults", "-database-url", dbURL)
 	tokenID := regexp.MustCompile(`created token (\S+)`)
 	a := tokenID.FindStringSubmatch(must("created token", "token", "create", "-name", "a", "-database-url", dbURL, "-scope", "admin"))
@@ -271,6 +282,7 @@ func TestFlagsOnBothSides(t *testing.T) {
 		{[]string{"migrate", "sideways", "-database-url", dbURL}, "migrate [up|status]"},
 		{[]string{"import", defaults, defaults, "-database-url", dbURL}, "import [-kind defaults|overrides|envoy]"},
 		{[]string{"import", "-database-url", dbURL}, "import [-kind defaults|overrides|envoy]"},
+		{[]string{"import", "-merge", defaults, "-database-url", dbURL}, "import [-kind defaults|overrides|envoy] [-merge]"},
 		{[]string{"export", "-kind", "defaults", "extra", "-database-url", dbURL}, "export -kind defaults|overrides|envoy"},
 		{[]string{"serve", "extra"}, "usage: ratelimitd serve"},
 		{[]string{"version", "extra"}, "usage: ratelimitd version"},
@@ -294,7 +306,7 @@ func TestHelp(t *testing.T) {
 	own := map[string][]string{
 		"serve":        nil,
 		"migrate":      {"up", "status"},
-		"import":       {"-kind", "defaults|overrides|envoy", "-dry-run", "-create", "FILE"},
+		"import":       {"-kind", "defaults|overrides|envoy", "-merge", "-dry-run", "-create", "FILE"},
 		"export":       {"-kind", "defaults|overrides|envoy", "-domain", "-o"},
 		"token create": {"-name", "-scope", "admin|support|decide", "-create"},
 		"token list":   nil,

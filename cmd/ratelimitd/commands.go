@@ -161,9 +161,12 @@ func migrate(ctx context.Context, inv *invocation) error {
 
 // importFile imports a YAML file, all or nothing. A mistyped command (a
 // bad -kind, a missing file) is refused before any database is opened.
-func importFile(ctx context.Context, inv *invocation, kind string, dryRun, create bool) error {
+func importFile(ctx context.Context, inv *invocation, kind string, opts limitfile.ImportOptions, create bool) error {
 	if len(inv.args) != 1 {
 		return misusef("give exactly one FILE, got %d arguments", len(inv.args))
+	}
+	if opts.Merge && kind != string(limitfile.Envoy) {
+		return misusef("-merge is only for -kind envoy")
 	}
 	file := inv.args[0]
 	data, err := os.ReadFile(file)
@@ -183,7 +186,7 @@ func importFile(ctx context.Context, inv *invocation, kind string, dryRun, creat
 		return err
 	}
 	defer d.Close()
-	counts, entryErrs, err := limitfile.Import(ctx, d, cliActor, k, data, dryRun)
+	counts, entryErrs, err := limitfile.Import(ctx, d, cliActor, k, data, opts)
 	if err != nil {
 		return err
 	}
@@ -194,7 +197,7 @@ func importFile(ctx context.Context, inv *invocation, kind string, dryRun, creat
 		return fmt.Errorf("import: %d bad entries; nothing was written", len(entryErrs))
 	}
 	verb := "imported"
-	if dryRun {
+	if opts.DryRun {
 		verb = "would import (dry run)"
 	}
 	fmt.Fprintf(inv.stdout, "%s: %d created, %d updated, %d unchanged", verb, counts.Created, counts.Updated, counts.Unchanged)

@@ -5,7 +5,10 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/limiter"
 )
 
 // The reference model of concurrency limits (leases) and calendar quotas,
@@ -20,6 +23,10 @@ const (
 	kindQuota       = "quota"
 )
 
+// hostZones are zone names of hosts' zone directories that the IANA
+// database lacks: refused, whatever the host holds.
+var hostZones = []string{"localtime", "posixrules", "right/UTC", "right/Europe/Paris"}
+
 // quotaZones are the zones the generator gives quotas: one with a
 // daylight-saving change of an hour, one across the Atlantic, one whose
 // offset is not whole hours, and UTC.
@@ -32,9 +39,9 @@ var quotaCalendars = []string{"hour", "day", "day", "day", "week", "month", "yea
 // its start and end in µs. Hours are the real hours whose local minute is
 // 0; the other windows start at local midnight of their first day.
 func modelWindow(c, zone string, now int64) (int64, int64) {
-	loc, err := time.LoadLocation(zone)
-	if err != nil {
-		panic(err)
+	loc, msg := limiter.LoadZone(zone)
+	if msg != "" {
+		panic(msg)
 	}
 	t := time.UnixMicro(now).In(loc)
 	if c == "hour" {
@@ -197,8 +204,11 @@ func (g *generator) putKindLimit(s slot) op {
 	case n == 1:
 		o.badField = pick(g.r, map[string][]string{
 			kindConcurrency: {"count", "period", "calendar", "period_long"},
-			kindQuota:       {"period", "burst", "time_zone", "time_zone_path", "time_zone_local", "calendar"},
+			kindQuota:       {"period", "burst", "time_zone", "time_zone_path", "time_zone_local", "time_zone_host", "calendar"},
 		}[s.kind])
+		if o.badField == "time_zone_host" {
+			o.zone = pick(g.r, hostZones)
+		}
 	}
 	return o
 }
@@ -243,7 +253,7 @@ func (g *generator) jump() op {
 	if l := g.m.limits["Quota"]; l != nil && l.kind == kindQuota {
 		calendar, zone = l.calendar, l.zone
 	}
-	loc, _ := time.LoadLocation(zone)
+	loc, _ := limiter.LoadZone(zone)
 	var target time.Time
 	switch g.r.IntN(4) {
 	case 0:
@@ -409,6 +419,9 @@ func (m *model) putKindLimit(o *op, a answer) string {
 			return mismatchf("a change of kind of no limit was sent")
 		}
 		return ""
+	}
+	if strings.HasPrefix(o.badField, "time_zone") {
+		return expectFields(a, "time_zone")
 	}
 	if o.badField != "" {
 		return expectStatus(a, 422)

@@ -194,6 +194,26 @@ func expectStatus(a answer, want ...int) string {
 	return mismatchf("status %d, want %v; body %s", a.status, want, clip(a.body))
 }
 
+// expectFields returns a mismatch unless the answer is a 422 whose
+// problem names exactly the fields given.
+func expectFields(a answer, fields ...string) string {
+	if s := expectStatus(a, 422); s != "" {
+		return s
+	}
+	var p struct{ Errors []struct{ Field string } }
+	if err := json.Unmarshal(a.body, &p); err != nil {
+		return mismatchf("body %s: %v", clip(a.body), err)
+	}
+	var got []string
+	for _, e := range p.Errors {
+		got = append(got, e.Field)
+	}
+	if !slices.Equal(got, fields) {
+		return mismatchf("the problem names %v, want %v; body %s", got, fields, clip(a.body))
+	}
+	return ""
+}
+
 func clip(b []byte) string {
 	if len(b) > 400 {
 		return string(b[:400]) + "..."

@@ -166,6 +166,8 @@ func serveOn(ctx context.Context, inv *invocation) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = ld.Run(background) }()
+	// Expired leases are dropped, and counted, as they expire.
+	wg.Go(func() { lim.RunLeaseSweeper(background, limiter.LeaseSweepInterval) })
 	served := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() { served <- s.Serve(listeners[i]) }()

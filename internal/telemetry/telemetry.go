@@ -193,9 +193,11 @@ func New(cfg Config) *Telemetry {
 		}, []string{"limit", "unit"})),
 		leasesTotal: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_leases_total",
-			Help: "Leases of concurrency limits by limit and event: acquired, released, renewed, or expired (found expired, and " +
-				"dropped, by the next operation on its bucket), each counted once per bucket of the lease. Leases held per limit " +
-				"are acquired - released - expired, summed over the replicas.",
+			Help: "Leases of concurrency limits by limit and event: acquired, released, renewed, or expired (counted when the store " +
+				"drops it: the sweep of the replica that acquired or last renewed it, within 0.25 s of its expiry, or an acquire on its " +
+				"bucket), each counted once per bucket of the lease. Leases held per limit are acquired - released - expired, summed " +
+				"over the replicas: an expired lease counts as held until its sweep; a stopped replica's counters and unswept leases, " +
+				"and leases freed by a bucket reset and never released, are off the sum (docs/operations.md).",
 		}, []string{"limit", "event"})),
 		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimitd_http_request_duration_seconds",
@@ -263,6 +265,22 @@ func New(cfg Config) *Telemetry {
 		Name: "ratelimitd_snapshot_overrides",
 		Help: "Enabled overrides in the snapshot, expired ones included until the next full load.",
 	}, func() float64 { return float64(cfg.Status().Overrides) }))
+	for _, entity := range []string{limiter.EntityLimit, limiter.EntityOverride, limiter.EntityRule} {
+		register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimitd_snapshot_left_out",
+			Help: "Stored rows the snapshot leaves out, by entity (limit, override, rule), because this version cannot use them " +
+				"or they depend on a limit left out; /v1/status lists them with the reason. Everything else is in force.",
+			ConstLabels: prometheus.Labels{"entity": entity},
+		}, func() float64 {
+			n := 0
+			for _, r := range cfg.Status().LeftOut {
+				if r.Entity == entity {
+					n++
+				}
+			}
+			return float64(n)
+		}))
+	}
 	register(reg, collectors.NewGoCollector())
 	register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return t

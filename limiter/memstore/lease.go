@@ -192,6 +192,24 @@ func (s *Store) Renew(_ context.Context, now time.Time, id string, expires func(
 	return old, nil
 }
 
+// Expire implements limiter.LeaseStore. A bucket left without leases goes.
+func (s *Store) Expire(_ context.Context, now time.Time, keys []string) ([]int64, error) {
+	nowUS := now.UnixMicro()
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		sh := &s.shards[maphash.String(s.seed, k)%shardCount]
+		sh.mu.Lock()
+		if ls := sh.leases[k]; ls != nil {
+			out[i] = ls.prune(nowUS)
+			if len(ls.leases) == 0 {
+				delete(sh.leases, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out, nil
+}
+
 func (s *Store) record(id string) *recordShard {
 	return &s.records[maphash.String(s.seed, id)%shardCount]
 }

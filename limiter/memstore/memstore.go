@@ -135,8 +135,9 @@ func (s *Store) Len() int {
 }
 
 // Sweep drops every bucket that is full at now, and the records of
-// expired leases. The leases themselves are dropped by the operations on
-// their buckets; a lease bucket whose last lease expired goes here.
+// expired leases. The leases themselves are dropped, and counted, by an
+// acquire on their bucket or by Expire, which goes with the last lease of
+// a bucket: a sweep here would drop them uncounted.
 func (s *Store) Sweep(now time.Time) {
 	nowUS := now.UnixMicro()
 	for i := range s.shards {
@@ -145,11 +146,6 @@ func (s *Store) Sweep(now time.Time) {
 		for k, tat := range sh.tats {
 			if *tat <= nowUS {
 				delete(sh.tats, k)
-			}
-		}
-		for k, set := range sh.leases {
-			if set.latest() <= nowUS {
-				delete(sh.leases, k)
 			}
 		}
 		sh.mu.Unlock()

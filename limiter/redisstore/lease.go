@@ -9,10 +9,13 @@ package redisstore
 // the member "held", scored by minus the units of all the other members,
 // keeps the total at hand, so that an acquire costs O(log n + expired), not
 // O(n). An acquire drops the expired members of its buckets and counts
-// them (LeaseBucket.Expired); Held, release and renewal drop none, so that
-// each is counted once, as the in-process store does. The key expires by
-// itself ExpiryMargin after its latest lease, and the set goes with its
-// last member.
+// them (LeaseBucket.Expired), and so does Expire, which the Limiter calls
+// for its leases' buckets as they expire; Held, release and renewal drop
+// none, so that each is counted once, as the in-process store does. The
+// key expires by itself ExpiryMargin after its latest lease, and the set
+// goes with its last member: a lease whose Limiter stopped before sweeping
+// it, on a bucket no acquire touched meanwhile, goes with the key,
+// uncounted.
 //
 // A lease record is a hash at Prefix + "lease:" + id: the lease's expiry,
 // its MaxTTL, and the key ("key:<i>") and cost ("cost:<i>") of each bucket
@@ -82,6 +85,8 @@ import (
 //     writes the record if it is among the KEYS. Returns 1 when it
 //     acquired, else 0; then per bucket what it held, the earliest and
 //     latest expiries, and the expired leases it dropped.
+//   - "expire": KEYS are buckets. Drops each bucket's expired leases and
+//     returns, per bucket, how many it dropped.
 //   - "record": KEYS[1] is the record. ARGV[4..5]: the lease's expiry and
 //     MaxTTL; then the key and cost of each bucket it holds. Returns 1.
 //   - "release", "renew": KEYS are perhaps the record, then buckets.
@@ -175,6 +180,28 @@ if op == 'held' then
   return reply
 end
 
+-- drop drops the bucket's expired leases and returns how many.
+local function drop(key)
+  local count, units = expired(key)
+  if count > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, 0, now)
+    hold(key, -units)
+  end
+  return count
+end
+
+if op == 'expire' then
+  local bad = zsets(1, #KEYS)
+  if bad then
+    return bad
+  end
+  local reply = {}
+  for i, key in ipairs(KEYS) do
+    reply[i] = drop(key)
+  end
+  return reply
+end
+
 if op == 'acquire' then
   local expires, id, n = ARGV[4], ARGV[5], tonumber(ARGV[6])
   local bad = zsets(1, n)
@@ -184,11 +211,7 @@ if op == 'acquire' then
   local reply, ok, takes = {0}, true, {}
   for i = 1, n do
     local key, a = KEYS[i], 5 + 3 * i
-    local count, units = expired(key)
-    if count > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, 0, now)
-      hold(key, -units)
-    end
+    local count = drop(key)
     local h = held(key)
     local earliest, latest = live(key)
     local burst, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -506,6 +529,41 @@ func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseB
 		}
 		return slotErrors(errs)
 	})
+}
+
+// Expire implements limiter.LeaseStore; on a Cluster, one script call per
+// slot, all in one pipeline.
+func (l *leases) Expire(ctx context.Context, now time.Time, keys []string) ([]int64, error) {
+	out := make([]int64, len(keys))
+	err := l.cfg.bounded(ctx, "expire", func(ctx context.Context) error {
+		full := l.cfg.fullKeys(keys)
+		groups := bySlot(full, l.slot)
+		runs := make([]scriptRun, len(groups))
+		for i, pos := range groups {
+			runs[i].args = []any{"expire", now.UnixMicro(), l.cfg.marginArg}
+			for _, p := range pos {
+				runs[i].keys = append(runs[i].keys, full[p])
+			}
+		}
+		errs := make([]error, len(groups))
+		// Dropping leases that expired gives nothing a failover could
+		// cost: it waits for no replica.
+		cmds, _ := l.eval(ctx, runs, false)
+		for i, cmd := range cmds {
+			reply, err := cmd.Int64Slice()
+			if err == nil && len(reply) != len(groups[i]) {
+				err = fmt.Errorf("the lease script answered %d values for %d buckets", len(reply), len(groups[i]))
+			}
+			if err == nil {
+				for j, p := range groups[i] {
+					out[p] = reply[j]
+				}
+			}
+			errs[i] = err
+		}
+		return slotErrors(errs)
+	})
+	return out, err
 }
 
 // Release implements limiter.LeaseStore.

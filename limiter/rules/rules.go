@@ -61,6 +61,11 @@ func FreeEntries(r limiter.Rule) int {
 	return n
 }
 
+// SelfReplaced words a rule that would replace its own limit, which
+// envoyproxy/ratelimit refuses in its files ("replaces should not contain
+// name of same descriptor"): its descriptors would replace themselves.
+const SelfReplaced = "names the rule's own limit: a rule cannot replace itself (envoyproxy/ratelimit refuses it too)"
+
 // Validate returns the field errors of r, named as in the REST API. Whether
 // the limit exists and suits the rule is the caller's to check, with
 // CheckLimit, since it depends on the limits stored.
@@ -74,10 +79,13 @@ func Validate(r limiter.Rule) []limiter.FieldError {
 	}
 	for i, name := range r.Replaces[:min(len(r.Replaces), MaxReplaces)] {
 		field := "replaces[" + strconv.Itoa(i) + "].name"
-		if msg := limiter.NameProblem(name); msg != "" {
-			ve.Add(field, msg)
-		} else if slices.Contains(r.Replaces[:i], name) {
+		switch {
+		case limiter.NameProblem(name) != "":
+			ve.Add(field, limiter.NameProblem(name))
+		case slices.Contains(r.Replaces[:i], name):
 			ve.Add(field, "names "+strconv.Quote(name)+" twice")
+		case name == r.Limit:
+			ve.Add(field, SelfReplaced)
 		}
 	}
 	return ve.Fields

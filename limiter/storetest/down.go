@@ -48,3 +48,8 @@ func (d Down) Release(context.Context, time.Time, string) (limiter.LeaseRecord, 
 func (d Down) Renew(context.Context, time.Time, string, func(limiter.LeaseRecord) (int64, error)) (limiter.LeaseRecord, error) {
 	return limiter.LeaseRecord{}, d.Err
 }
+
+// Expire implements limiter.LeaseStore: it fails.
+func (d Down) Expire(_ context.Context, _ time.Time, keys []string) ([]int64, error) {
+	return make([]int64, len(keys)), d.Err
+}

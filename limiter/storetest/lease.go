@@ -141,6 +141,31 @@ func (c *leaseChecker) acquire(ttl time.Duration, buckets ...limiter.LeaseBucket
 	return rec.ID, outs
 }
 
+// expire calls Expire on the buckets at keys and checks that it drops, and
+// counts, exactly the leases of each that the model has expired.
+func (c *leaseChecker) expire(keys ...string) []int64 {
+	c.t.Helper()
+	nowUS := c.now.UnixMicro()
+	want := make([]int64, len(keys))
+	for i, key := range keys {
+		for id, l := range c.buckets[key] {
+			if l.expires <= nowUS {
+				delete(c.buckets[key], id)
+				want[i]++
+			}
+		}
+	}
+	got, err := c.h.Store.Expire(context.Background(), c.now, keys)
+	if err != nil {
+		c.t.Fatalf("expire: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		c.t.Fatalf("expire of %v dropped %v, want %v", keys, got, want)
+	}
+	c.verify("an expire")
+	return got
+}
+
 // live returns the record of lease id if it is live at now.
 func (c *leaseChecker) live(id string) (limiter.LeaseRecord, bool) {
 	rec, ok := c.records[id]
@@ -403,6 +428,40 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 	c.release(long)
 	if _, held := h.Expiry(t, key); held {
 		t.Fatal("a bucket without leases is still held")
+	}
+}
+
+// testLeaseExpire: Expire drops the expired leases of its buckets and
+// counts each once, whether it or an acquire drops it first; it leaves
+// live, released and renewed leases alone, and a bucket it empties goes.
+func testLeaseExpire(t *testing.T, h Harness) {
+	c := newLeaseChecker(t, h)
+	const a, b, other = "1:expire-a", "1:expire-b", "1:expire-none"
+	c.acquire(10*time.Second, lease(a, 5, 1), lease(b, 5, 2))
+	c.acquire(10*time.Second, lease(a, 5, 1))
+	renewed, _ := c.acquire(10*time.Second, lease(a, 5, 1))
+	released, _ := c.acquire(10*time.Second, lease(b, 5, 1))
+	c.acquire(30*time.Second, lease(b, 5, 1))
+	c.renew(renewed, 20*time.Second)
+	c.release(released)
+	c.expire(a, b, other) // nothing has expired yet
+
+	c.advance(15 * time.Second)
+	// An acquire on b drops its expired lease first; Expire finds none
+	// there, and drops a's two.
+	c.acquire(time.Minute, lease(b, 5, 1))
+	if got := c.expire(a, b, other); got[0] != 2 || got[1] != 0 {
+		t.Fatalf("expire dropped %v", got)
+	}
+	c.expire(a, b) // each lease is dropped once
+	c.advance(time.Hour)
+	if got := c.expire(a, b); got[0] != 1 || got[1] != 2 {
+		t.Fatalf("expire dropped %v after every lease expired", got)
+	}
+	for _, key := range []string{a, b} {
+		if _, held := h.Expiry(t, key); held {
+			t.Errorf("the empty bucket %s is still held", key)
+		}
 	}
 }
 

@@ -71,6 +71,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"LeaseReset", testLeaseReset},
 		{"LeaseHeldReads", testLeaseHeldReads},
 		{"LeaseExpiry", testLeaseExpiry},
+		{"LeaseExpire", testLeaseExpire},
 		{"LeaseConcurrentAcquires", testLeaseConcurrentAcquires},
 		{"LeaseConcurrentBatches", testLeaseConcurrentBatches},
 		{"QuotaWindow", testQuotaWindow},

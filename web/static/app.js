@@ -6,8 +6,8 @@
 
 import { Client, describe } from './api.js';
 import {
-  $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, reportProblem,
-  showFieldErrors, showProblem, showSort,
+  $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, initDialogs, leftOutKey, notInForce,
+  reportProblem, showFieldErrors, showProblem, showSort,
 } from './dom.js';
 import {
   allowance, counted, duration, kindName, localTime, sortOf, unitFor, utcTime,
@@ -20,8 +20,10 @@ import * as tryRequest from './tryrequest.js';
 // is gone when the tab closes. It is never put in a URL or a cookie.
 const TOKEN_KEY = 'ratelimitd.admin.token';
 
-// session is what the page knows after sign-in.
-const session = { client: null, me: null, limits: [], rules: [] };
+// session is what the page knows after sign-in. leftOut holds the reason
+// of each stored row this replica left out of force (GET /v1/status), by
+// leftOutKey.
+const session = { client: null, me: null, limits: [], rules: [], leftOut: new Map() };
 
 // Whether a scope may change overrides, as the API documents it; every
 // scope may look buckets up. Only admins change limits.
@@ -71,7 +73,7 @@ async function signIn(token) {
 
 function signOut(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
-  Object.assign(session, { client: null, me: null, limits: [], rules: [] });
+  Object.assign(session, { client: null, me: null, limits: [], rules: [], leftOut: new Map() });
   for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
   overrides.stop();
   tryRequest.clear();
@@ -80,6 +82,7 @@ function signOut(message = '') {
   showLookupBy('bucket');
   $('#limits-table tbody').replaceChildren();
   $('#limits-notice').textContent = '';
+  $('#left-out').hidden = true;
   $('#rules-table tbody').replaceChildren();
   $('#app').hidden = true;
   $('#session').hidden = true;
@@ -95,8 +98,11 @@ function signOut(message = '') {
 async function loadLimits() {
   const problem = $('#limits-problem');
   try {
-    const { data } = await busy($('#limits-panel'), () => session.client.call('GET', 'v1/limits'));
+    const [{ data }, { data: status }] = await busy($('#limits-panel'), () => Promise.all([
+      session.client.call('GET', 'v1/limits'), session.client.call('GET', 'v1/status')]));
     session.limits = data.limits;
+    session.leftOut = new Map(status.snapshot.left_out.map((r) => [leftOutKey(r.entity, r.id), r.reason]));
+    renderLeftOut(status.snapshot.left_out);
     clearProblem(problem);
   } catch (err) {
     showProblem(problem, err);
@@ -105,6 +111,14 @@ async function loadLimits() {
   renderLimits();
   fillLimitSelects();
   await loadRules();
+}
+
+// renderLeftOut lists the rows left out, those no table shows included
+// (the overrides of a limit, until searched).
+function renderLeftOut(rows) {
+  $('#left-out-list').replaceChildren(...rows.map((r) => h('li', {},
+    `${r.entity} `, h('code', {}, r.id), r.limit ? ` of ${r.limit}` : '', `: ${r.reason}`)));
+  $('#left-out').hidden = rows.length === 0;
 }
 
 // ---- Envoy rules ----
@@ -129,6 +143,7 @@ async function loadRules() {
     fill(row, 'domain', ...breakable(r.domain));
     fill(row, 'descriptor', ...breakable(descriptorText(r.descriptor)));
     fill(row, 'limit', ...breakable(r.limit));
+    fill(row, 'left-out', notInForce(session.leftOut, 'rule', r.id) ?? '');
     return row;
   });
   session.rules = rules;
@@ -165,6 +180,7 @@ function renderLimits() {
     fill(row, 'defaults', allowance(l, l));
     fill(row, 'shadow', l.shadow ? 'Yes: never denies' : 'No');
     fill(row, 'what', ` limit ${l.name}`);
+    fill(row, 'left-out', notInForce(session.leftOut, 'limit', l.name) ?? '');
     row.querySelector('[data-slot="change"]').hidden = !define;
     const n = l.override_count;
     fill(row, 'overrides', manage

@@ -166,3 +166,13 @@ export async function busy(region, work) {
     region.removeAttribute('aria-busy');
   }
 }
+
+// leftOutKey is the key of a stored row in a map of the rows left out.
+export const leftOutKey = (entity, id) => `${entity} ${id}`;
+
+// notInForce marks a row that the service left out of force, with the
+// reason it gives; null for a row in force.
+export function notInForce(leftOut, entity, id) {
+  const reason = leftOut.get(leftOutKey(entity, id));
+  return reason === undefined ? null : h('span', { class: 'left-out' }, h('span', { class: 'badge warn' }, 'Not in force'), ` ${reason}`);
+}

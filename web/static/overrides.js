@@ -5,8 +5,8 @@
 // period, a rate limit's all three.
 
 import {
-  $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, openDialog, reportProblem,
-  showFieldErrors, showProblem, showSort,
+  $, breakable, busy, clearErrors, clearProblem, fill, focusProblem, fromTemplate, h, notInForce, openDialog,
+  reportProblem, showFieldErrors, showProblem, showSort,
 } from './dom.js';
 import {
   allowance, changes, fromLocalInput, localTime, paramsOf, period, relative, sortOf, toLocalInput, utcTime, when,
@@ -180,6 +180,8 @@ function card(o) {
   if (o.expires_at) {
     badges.push(h('span', { class: `badge ${expired ? 'off' : 'info'}`, 'data-expires': o.expires_at }, expiryPhrase(o.expires_at)));
   }
+  const leftOut = notInForce(app.session.leftOut, 'override', o.id);
+  if (leftOut) badges.push(leftOut);
   fill(li, 'badges', ...badges.flatMap((b) => [b, ' ']));
   fill(li, 'allowance', allowance(o, limitNamed(o.limit)));
   fill(li, 'expires', ...(o.expires_at ? [when(o.expires_at)] : ['Never']));
