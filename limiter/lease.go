@@ -226,9 +226,12 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 		}
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
+		// Should the store fail, the fail mode answers, as for a decision
+		// (failing open, the bucket decided here still denies).
 		if err := l.store.Held(ctx, now, batch); err != nil {
 			l.health(ctx, err)
-			return LeaseResult{}, storeError(ctx, err)
+			res, err := l.storeFailed(ctx, decisions, pos, err)
+			return LeaseResult{Result: res}, err
 		}
 		LeaseStep(nowUS, 0, batch)
 	}
