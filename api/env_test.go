@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -56,6 +57,8 @@ type envOptions struct {
 	store          limiter.Store
 	topology       func() api.StoreTopology
 	web            fs.FS
+	// log receives the service's log; discarded when nil.
+	log io.Writer
 }
 
 // envOption changes how newEnv builds the service.
@@ -83,6 +86,9 @@ func noSync() envOption { return func(o *envOptions) { o.noSync = true } }
 // then sees a change only when a write waits for it.
 func silent() envOption { return func(o *envOptions) { o.silent = true } }
 
+// withLog writes the service's log to w.
+func withLog(w io.Writer) envOption { return func(o *envOptions) { o.log = w } }
+
 // withWeb serves the admin page's files from web.
 func withWeb(web fs.FS) envOption { return func(o *envOptions) { o.web = web } }
 
@@ -93,7 +99,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		opt(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(cmp.Or(o.log, io.Discard), nil))
 	dbURL := "sqlite:" + t.TempDir() + "/ratelimitd.db"
 	if o.postgres {
 		dbURL = testenv.Postgres(t)

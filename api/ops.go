@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -85,9 +86,14 @@ func (s *Server) Ready(ctx context.Context) error {
 	case !s.cfg.Auth.Loaded():
 		return problem.Errorf(http.StatusServiceUnavailable, "the tokens have not been read yet")
 	}
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	pingCtx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := s.cfg.Limiter.Ping(ctx); err != nil {
+	if err := s.cfg.Limiter.Ping(pingCtx); err != nil {
+		if ctx.Err() != nil {
+			// The caller went away, or its own deadline passed, before the
+			// store answered: that says nothing of the store.
+			return fmt.Errorf("readiness: %w", ctx.Err())
+		}
 		s.log.Warn("readiness: the store does not answer", "err", err)
 		return problem.Errorf(http.StatusServiceUnavailable, "the store does not answer")
 	}

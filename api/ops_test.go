@@ -3,6 +3,8 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"io/fs"
 	"net"
 	"net/http"
@@ -20,6 +22,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/api"
 	"github.com/ratelimitd/ratelimitd/auth"
 	"github.com/ratelimitd/ratelimitd/internal/testenv"
+	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 	"github.com/ratelimitd/ratelimitd/limiter/redisstore"
 	"github.com/ratelimitd/ratelimitd/limiter/storetest"
 	"github.com/ratelimitd/ratelimitd/web"
@@ -302,5 +306,33 @@ func TestAdminPageFiles(t *testing.T) {
 	}
 	if res := e.do("GET", "/admin/", "", nil).expect(t, http.StatusOK); !contains(res.body, "<html") {
 		t.Errorf("the page: %.200s", res.body)
+	}
+}
+
+// pingCtxStore answers a ping as a remote store does when its caller
+// gives up first: with the context's error.
+type pingCtxStore struct{ limiter.Store }
+
+func (s pingCtxStore) Ping(ctx context.Context) error { return ctx.Err() }
+
+// TestReadyCallerGone: a readiness probe whose caller went away, or whose
+// own deadline passed (a gRPC health check's), before the store answered
+// learned nothing of the store: it is not logged as a store that does not
+// answer.
+func TestReadyCallerGone(t *testing.T) {
+	var logs testenv.LockedBuffer
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(ms.Close)
+	e := newEnv(t, withStore(pingCtxStore{ms}), withLog(&logs))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.srv.Ready(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Ready, the caller gone: %v", err)
+	}
+	if strings.Contains(logs.String(), "store does not answer") {
+		t.Errorf("the log: %s", logs.String())
+	}
+	if err := e.srv.Ready(context.Background()); err != nil {
+		t.Errorf("Ready: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -216,8 +215,8 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 		// answer as any lease's do.
 		acquired, err = l.store.Acquire(ctx, now, &rec, batch)
 		if err != nil {
-			l.health(err)
-			res, err := l.storeFailed(decisions, pos, err)
+			l.health(ctx, err)
+			res, err := l.storeFailed(ctx, decisions, pos, err)
 			if err != nil {
 				return LeaseResult{}, err
 			}
@@ -227,9 +226,12 @@ func (l *Limiter) Acquire(ctx context.Context, reqs []Request, ttl time.Duration
 		}
 	} else if len(batch) > 0 {
 		// A bucket decided here denies: read the others for the answer.
+		// Should the store fail, the fail mode answers, as for a decision
+		// (failing open, the bucket decided here still denies).
 		if err := l.store.Held(ctx, now, batch); err != nil {
-			l.health(err)
-			return LeaseResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			l.health(ctx, err)
+			res, err := l.storeFailed(ctx, decisions, pos, err)
+			return LeaseResult{Result: res}, err
 		}
 		LeaseStep(nowUS, 0, batch)
 	}
@@ -341,10 +343,10 @@ func (l *Limiter) SweepLeases(ctx context.Context) error {
 			l.observeLeaseKey(LeaseExpired, keys[i], n)
 		}
 	}
-	l.health(err)
+	l.health(ctx, err)
 	if err != nil {
 		l.due.add(now.UnixMicro(), keys)
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return storeError(ctx, err)
 	}
 	return nil
 }
@@ -504,8 +506,8 @@ func (l *Limiter) Release(ctx context.Context, id string) (bool, error) {
 	case errors.Is(err, ErrLeaseNotFound):
 		return false, nil
 	case err != nil:
-		l.health(err)
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		l.health(ctx, err)
+		return false, storeError(ctx, err)
 	}
 	l.observeLeaseKeys(LeaseReleased, rec.Keys)
 	return true, nil
@@ -546,8 +548,8 @@ func (l *Limiter) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	case errors.As(err, &verr):
 		return Lease{}, err
 	case err != nil:
-		l.health(err)
-		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		l.health(ctx, err)
+		return Lease{}, storeError(ctx, err)
 	}
 	l.observeLeaseKeys(LeaseRenewed, rec.Keys)
 	l.due.add(expires, rec.Keys)

@@ -3,10 +3,14 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/limiter"
+	"github.com/ratelimitd/ratelimitd/limiter/memstore"
 )
 
 func calls(name string, enum int, burst int64, period time.Duration) limiter.Limit {
@@ -156,5 +160,56 @@ func TestLeaseOfUnlimitedBuckets(t *testing.T) {
 	}
 	if ok, err := f.l.Release(ctx, res.Lease.ID); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
+	}
+}
+
+// TestAcquireFailModes: an acquire the store cannot answer follows the
+// fail mode, as a decision does, whether or not a bucket decided here (a
+// blocked one) denies it already: closed, it fails as unavailable;
+// open, it is answered degraded, and a blocked bucket still denies, with
+// no lease. It is never allowed together with an error.
+func TestAcquireFailModes(t *testing.T) {
+	snap := build(t, []limiter.Limit{calls("Calls", 130, 3, 30*time.Second)}, limiter.Override{Limit: "Calls", BucketID: "blocked", Enabled: true,
+		Params: limiter.Params{Burst: 0, Count: 0, Period: time.Hour}})
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) {
+			ms := memstore.New(memstore.Options{})
+			t.Cleanup(ms.Close)
+			store := &endingStore{Store: ms, err: errDown}
+			l := limiter.New(limiter.Config{Store: store, FailOpen: open, Now: func() time.Time { return t0 },
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			l.SetSnapshot(snap)
+			acquire := func(reqs ...limiter.Request) (limiter.LeaseResult, error) {
+				t.Helper()
+				res, err := l.Acquire(context.Background(), reqs, 0)
+				if err != nil && (res.Allowed || res.Lease != nil) {
+					t.Errorf("allowed together with %v: %+v", err, res)
+				}
+				return res, err
+			}
+
+			res, err := acquire(req("Calls", "a", 1))
+			switch {
+			case !open && !errors.Is(err, limiter.ErrUnavailable):
+				t.Errorf("closed, the store down: %+v, %v", res, err)
+			case open && (err != nil || !res.Allowed || !res.Degraded || res.Lease == nil):
+				t.Errorf("open, the store down: %+v, %v", res, err)
+			}
+
+			res, err = acquire(req("Calls", "blocked", 1), req("Calls", "a", 1))
+			switch {
+			case !open && !errors.Is(err, limiter.ErrUnavailable):
+				t.Errorf("closed, a blocked bucket and the store down: %+v, %v", res, err)
+			case open && (err != nil || res.Allowed || !res.Degraded || res.Lease != nil || res.RetryAfter != limiter.Never ||
+				res.Decisions[0].Reason != limiter.ReasonBlocked || !res.Decisions[1].Allowed):
+				t.Errorf("open, a blocked bucket and the store down: %+v, %v", res, err)
+			}
+
+			// A blocked bucket alone needs no store: denied, not degraded.
+			res, err = acquire(req("Calls", "blocked", 1))
+			if err != nil || res.Allowed || res.Degraded || res.Lease != nil {
+				t.Errorf("a blocked bucket alone, the store down: %+v, %v", res, err)
+			}
+		})
 	}
 }

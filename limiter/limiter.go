@@ -221,7 +221,8 @@ func (sc *scratch) key(i int) []byte {
 // appended to dst[:0], so that a caller answering many requests can reuse
 // one slice; dst may be nil. Invalid requests give a *ValidationError
 // naming every bad field; a failing store gives an error wrapping
-// ErrUnavailable, unless the Limiter fails open.
+// ErrUnavailable, unless the Limiter fails open; a caller that gives up
+// (ctx ends) before the store answers gets its context's error.
 func (l *Limiter) Decide(ctx context.Context, op Op, reqs []Request, dst []Decision) (Result, error) {
 	if !op.Decides() {
 		return Result{}, fmt.Errorf("unknown operation %d", op)
@@ -261,14 +262,14 @@ func storeOp(op Op, localDenial bool) Op {
 // buckets of a check, applies the fail mode, and tells the denied cache.
 func (l *Limiter) finish(ctx context.Context, op Op, now time.Time, decisions []Decision, sc *scratch, localDenial bool, storeErr error) (Result, error) {
 	if storeErr != nil {
-		return l.storeFailed(decisions, sc.pos, storeErr)
+		return l.storeFailed(ctx, decisions, sc.pos, storeErr)
 	}
 	if len(sc.leases) > 0 {
 		// A check of concurrency buckets reads what they hold; it needs
 		// no atomicity with the rate buckets, as nothing is written.
 		if err := l.store.Held(ctx, now, sc.leases); err != nil {
-			l.health(err)
-			return l.storeFailed(decisions, sc.pos, err)
+			l.health(ctx, err)
+			return l.storeFailed(ctx, decisions, sc.pos, err)
 		}
 		LeaseStep(now.UnixMicro(), 0, sc.leases)
 		// A full concurrency bucket denies the check as a whole, as a
@@ -332,29 +333,55 @@ func (l *Limiter) updateDenied(op Op, nowUS int64, batch []Bucket, epochs []uint
 // callStore applies op to batch, whose buckets are those of the decisions
 // that pos points to, and keeps the store's health.
 func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []Bucket, decisions []Decision, pos []int) error {
+	storeCtx := ctx
 	var end func(bool, error)
 	if l.trace != nil {
-		ctx, end = l.trace(ctx, op, storeLimits(nil, decisions, pos))
+		storeCtx, end = l.trace(ctx, op, storeLimits(nil, decisions, pos))
 	}
 	var start time.Time
 	if l.observe != nil {
 		// The wall clock's monotonic reading, not l.now, which tests step.
 		start = time.Now()
 	}
-	_, err := l.store.Apply(ctx, op, now, batch)
-	if l.observe != nil {
+	_, err := l.store.Apply(storeCtx, op, now, batch)
+	if l.observe != nil && !callerGone(ctx, err) {
 		l.observe(op, time.Since(start), err)
 	}
 	if end != nil {
 		end(within(batch), err)
 	}
-	l.health(err)
+	l.health(ctx, err)
 	return err
 }
 
-// health keeps the store's health from the error of a call, logging
-// the changes between failing and answering.
-func (l *Limiter) health(err error) {
+// callerGone reports whether err is only the end of ctx, the caller's
+// context: the caller went away, or its own deadline passed, before the
+// store answered. That says nothing of the store, so it is no store
+// error: neither counted, logged nor timed as one, and no fail mode
+// answers it, since nobody waits for the answer. A store's own timeout
+// ends a context derived from ctx and leaves ctx alive, so it still is
+// an outage.
+func callerGone(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// storeError is the error of an operation whose store call failed with
+// err: the caller's context's error when the caller gave up
+// (callerGone), else one wrapping ErrUnavailable.
+func storeError(ctx context.Context, err error) error {
+	if callerGone(ctx, err) {
+		return fmt.Errorf("the caller gave up before the store answered: %w", err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// health keeps the store's health from the error of a call made for a
+// caller whose context is ctx, logging the changes between failing and
+// answering. A call the caller gave up on tells neither.
+func (l *Limiter) health(ctx context.Context, err error) {
+	if callerGone(ctx, err) {
+		return
+	}
 	if err != nil {
 		l.storeErrors.Add(1)
 		// A write the store made but could not vouch for (ErrNotDurable)
@@ -386,10 +413,11 @@ func storeLimits(names []string, decisions []Decision, pos []int) []string {
 // storeFailed applies the fail mode. Failing open, every bucket that needed
 // the store is reported allowed with nothing known of its state; buckets
 // decided without the store keep their decisions, so a blocked bucket still
-// denies.
-func (l *Limiter) storeFailed(decisions []Decision, pos []int, err error) (Result, error) {
-	if !l.failOpen {
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+// denies. A call its caller gave up on is no store failure: it fails with
+// the caller's context's error whatever the mode (storeError).
+func (l *Limiter) storeFailed(ctx context.Context, decisions []Decision, pos []int, err error) (Result, error) {
+	if !l.failOpen || callerGone(ctx, err) {
+		return Result{}, storeError(ctx, err)
 	}
 	for i, p := range pos {
 		if p != -1 {
@@ -545,7 +573,7 @@ func (l *Limiter) Reset(ctx context.Context, reqs []Request) (int, error) {
 		keys[i] = string(sc.key(i))
 	}
 	if err := l.store.Reset(ctx, keys); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return 0, storeError(ctx, err)
 	}
 	for i := range reqs {
 		l.denied.forget(sc.key(i))

@@ -22,8 +22,9 @@ type Call struct {
 	// Result is what Decide or Acquire answers; Lease the lease an
 	// Acquire took (nil when denied) or a Renew extended; Released what
 	// Release answers. Err is the error the single method would return:
-	// a *ValidationError, ErrLeaseNotFound, or one wrapping
-	// ErrUnavailable.
+	// a *ValidationError, ErrLeaseNotFound, one wrapping
+	// ErrUnavailable, or, when ctx ended before the store answered, one
+	// wrapping the context's error.
 	Result   Result
 	Lease    *Lease
 	Released bool
@@ -211,11 +212,11 @@ func (l *Limiter) callStoreMany(ctx context.Context, now time.Time, calls []Call
 		}
 		allowed = allowed && within(b.Buckets)
 	}
-	if l.observe != nil {
+	if l.observe != nil && !callerGone(ctx, err) {
 		l.observe(op, time.Since(start), err)
 	}
 	if end != nil {
 		end(allowed, err)
 	}
-	l.health(err)
+	l.health(ctx, err)
 }

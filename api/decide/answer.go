@@ -90,7 +90,17 @@ const (
 	maxLimitName = 64
 )
 
+// reset readies a scratch from the pool for the request whose passage is x.
 func (sc *scratch) reset(x *edge.Exchange) {
+	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
+	sc.calls, sc.ends, sc.slots, sc.refused = sc.calls[:0], sc.ends[:0], sc.slots[:0], sc.refused[:0]
+}
+
+// release readies a scratch for the pool, whatever way its request ended:
+// it drops what a large request grew and what belongs to the request
+// alone, which the pool would otherwise keep for as long as no request
+// takes the scratch again.
+func (sc *scratch) release() {
 	if cap(sc.body) > maxPooledBody {
 		sc.body = nil
 	}
@@ -100,11 +110,10 @@ func (sc *scratch) reset(x *edge.Exchange) {
 	if cap(sc.reqs) > maxPooledItems || cap(sc.decisions) > maxPooledItems || cap(sc.calls) > maxPooledItems {
 		sc.reqs, sc.decisions, sc.calls = nil, nil, nil
 	}
-	sc.body, sc.reqs, sc.out, sc.x = sc.body[:0], sc.reqs[:0], sc.out[:0], x
 	// Calls hold leases and errors: dropped, not kept.
 	clear(sc.calls)
 	clear(sc.refused)
-	sc.calls, sc.ends, sc.slots, sc.refused = sc.calls[:0], sc.ends[:0], sc.slots[:0], sc.refused[:0]
+	sc.x = nil
 }
 
 // intern returns b as a string, without allocating when it was seen before.

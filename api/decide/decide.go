@@ -177,6 +177,7 @@ func (h *Handler) serve(x *edge.Exchange, r *http.Request, rt *route) error {
 	sc := h.scratch.Get().(*scratch)
 	sc.reset(x)
 	err := rt.serve(h, x, r, sc)
+	sc.release()
 	h.scratch.Put(sc)
 	return err
 }

@@ -162,7 +162,10 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if endSpan != nil {
 		endSpan(x.route, x.status)
 	}
-	x.w, x.err = nil, nil
+	// A pooled Exchange keeps nothing of the request: the body's reader
+	// would pin the request, and what it reads from, until the Exchange
+	// serves another.
+	x.w, x.err, x.body = nil, nil, limited{}
 	e.pool.Put(x)
 }
 

@@ -155,7 +155,8 @@ func TestCommandsRefuseANewDatabase(t *testing.T) {
 			continue
 		}
 		want := []string{abs, `"sqlite:ratelimitd.db"`, "-database-url", "RATELIMIT_DATABASE_URL", "postgres://"}
-		if args[0] == "import" || args[1] == "create" {
+		// A dry run creates no database: -create would not help it.
+		if args[0] == "import" && args[1] != "-dry-run" || args[1] == "create" {
 			want = append(want, "-create")
 		}
 		for _, w := range want {
@@ -369,5 +370,53 @@ func TestHelp(t *testing.T) {
 	}
 	if _, _, err := cliRun(map[string]string{}, "help", "frobnicate"); err == nil {
 		t.Error("help of an unknown command succeeded")
+	}
+}
+
+// TestImportDryRunChangesNothing: a dry run writes nothing, the schema
+// included: it neither creates a SQLite file, -create or not, nor applies
+// the migrations of a database that lacks them; it says to migrate first.
+func TestImportDryRunChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	defaults := filepath.Join(dir, "defaults.yaml")
+	if err := os.WriteFile(defaults, []byte("Logins:\n  burst: 5\n  count: 5\n  period: 1m\n  id_format: string\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RATELIMIT_LOG_LEVEL": "warn"}
+	fresh := filepath.Join(dir, "fresh.db")
+	for _, args := range [][]string{
+		{"import", "-dry-run", "-create", defaults, "-database-url", "sqlite:" + fresh},
+		{"import", "-dry-run", defaults, "-database-url", "sqlite:" + fresh},
+	} {
+		out, log, err := cliRun(env, args...)
+		if err == nil {
+			t.Errorf("%q on no database succeeded:\n%s%s", args, out, log)
+		}
+		if _, serr := os.Stat(fresh); serr == nil {
+			t.Fatalf("%q created %s: %v\n%s%s", args, fresh, err, out, log)
+		}
+	}
+
+	// A database that exists but lacks its migrations keeps lacking them.
+	old := filepath.Join(dir, "old.db")
+	if err := os.WriteFile(old, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, log, err := cliRun(env, "import", "-dry-run", defaults, "-database-url", "sqlite:"+old)
+	if err == nil || !strings.Contains(err.Error(), "migrate") {
+		t.Errorf("a dry run on a database without its migrations: %v, want an error saying to migrate\n%s%s", err, out, log)
+	}
+	if out, log, err := cliRun(env, "migrate", "status", "-database-url", "sqlite:"+old); err != nil || !strings.Contains(out, "at migration 0 of") {
+		t.Errorf("after the dry run: %v\n%s%s", err, out, log)
+	}
+
+	// Once migrated, a dry run counts and writes nothing.
+	if out, log, err := cliRun(env, "migrate", "-database-url", "sqlite:"+old); err != nil {
+		t.Fatalf("migrate: %v\n%s%s", err, out, log)
+	}
+	for range 2 {
+		if out, log, err := cliRun(env, "import", "-dry-run", defaults, "-database-url", "sqlite:"+old); err != nil || !strings.Contains(out, "would import (dry run): 1 created") {
+			t.Errorf("a dry run: %v\n%s%s", err, out, log)
+		}
 	}
 }

@@ -181,11 +181,22 @@ func importFile(ctx context.Context, inv *invocation, kind string, opts limitfil
 	} else if k, err = limitfile.ParseKind(kind); err != nil {
 		return misuse{err}
 	}
-	d, err := inv.database(ctx, creationOf(create), true)
+	c, migrate := creationOf(create), true
+	if opts.DryRun {
+		// A dry run writes nothing: no new SQLite file, whatever -create
+		// says, and no migration.
+		c, migrate = mustExist, false
+	}
+	d, err := inv.database(ctx, c, migrate)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if opts.DryRun {
+		if err := migrated(ctx, d); err != nil {
+			return err
+		}
+	}
 	counts, entryErrs, err := limitfile.Import(ctx, d, cliActor, k, data, opts)
 	if err != nil {
 		return err
@@ -210,6 +221,22 @@ func importFile(ctx context.Context, inv *invocation, kind string, opts limitfil
 	}
 	for _, n := range counts.Notes {
 		fmt.Fprintf(inv.stdout, "note: %s\n", n)
+	}
+	return nil
+}
+
+// migrated refuses a database with pending migrations, for a command that
+// may not apply them: what it would read or count is not the schema the
+// service has once they are applied. Reading the version creates goose's
+// empty version table in a database never migrated, and nothing else.
+func migrated(ctx context.Context, d *db.DB) error {
+	current, latest, err := d.MigrationVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if current < latest {
+		return fmt.Errorf("the database is at migration %d of %d, and a dry run changes nothing, its schema included: "+
+			"run \"ratelimitd migrate\" first", current, latest)
 	}
 	return nil
 }

@@ -210,9 +210,11 @@ func (dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // died, and its replica may have taken its slots) or a redirect. go-redis
 // reloads the map by itself only on a redirect it follows and once a
 // minute, so without a reload after a master's death the store would go
-// on calling it for up to a minute after its replica took over.
+// on calling it for up to a minute after its replica took over. A call
+// cancelled says nothing of its master: the store bounds its own calls
+// with deadlines, so only a caller that gave up cancels one.
 func staleMap(err error) bool {
-	if err == nil || errors.Is(err, ErrNotReplicated) {
+	if err == nil || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var reply redis.Error
