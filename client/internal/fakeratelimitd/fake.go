@@ -79,7 +79,7 @@ func (s *Server) errorf(format string, args ...any) {
 	if s.t == nil {
 		panic(fmt.Sprintf(format, args...))
 	}
-	s.errorf(format, args...)
+	s.t.Errorf(format, args...)
 }
 
 // Close stops the fake: its address then refuses connections.
