@@ -6,16 +6,20 @@
 package fakeratelimitd
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Token is the bearer token the fake accepts.
@@ -25,7 +29,9 @@ const Token = "secret"
 const Retry = time.Minute
 
 // Server models buckets of a burst that never refill, and leases that
-// never expire but on request. It reads each request with encoding/json,
+// never expire but on request. It refuses what ratelimitd refuses of a
+// bucket's id (empty, NUL, longer than the format string takes), each
+// for its request, and a body over MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
 // refusing unknown fields, so that what a client writes is checked by a
 // reader other than its own.
 type Server struct {
@@ -198,10 +204,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.Fault != nil && s.Fault(w, r) {
 		return
 	}
+	// ratelimitd's bound of the body, and its refusal of one that is not
+	// UTF-8, are the whole request's, as there.
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		writeProblem(w, ProblemBody{Status: http.StatusRequestEntityTooLarge, Detail: "the body is larger than " + strconv.Itoa(MaxBody) + " bytes"})
+		return
+	}
+	if !utf8.Valid(raw) {
+		writeProblem(w, ProblemBody{Status: http.StatusBadRequest, Detail: "the body is not valid UTF-8"})
+		return
+	}
 	var body struct {
 		Requests []Request `json:"requests"`
 	}
-	dec := json.NewDecoder(r.Body)
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		s.errorf("the fake cannot read the request: %v", err)
@@ -249,8 +266,8 @@ func (s *Server) answer(req Request) any {
 		if _, ok := s.bursts[b.Limit]; !ok {
 			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].limit", Message: "no such limit"})
 		}
-		if b.BucketID == "" {
-			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].bucket_id", Message: "must not be empty"})
+		if msg := idProblem(b.BucketID); msg != "" {
+			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].bucket_id", Message: msg})
 		}
 	}
 	if bad != nil {
@@ -306,6 +323,34 @@ func (s *Server) answer(req Request) any {
 		res.Lease = &l
 	}
 	return res
+}
+
+// MaxBody is the most bytes of a body ratelimitd reads; a longer one is
+// refused as a whole, 413.
+const MaxBody = 1 << 20
+
+// idProblem says why ratelimitd's id format "string", every limit's here,
+// refuses id, "" when it does not. Other control characters than NUL,
+// which the format refuses too, are let through, for the tests of the
+// client's escaping.
+func idProblem(id string) string {
+	switch {
+	case id == "":
+		return "must not be empty"
+	case strings.IndexByte(id, 0) >= 0:
+		return "must not contain NUL"
+	case len(id) > 256:
+		return "longer than 256 bytes"
+	}
+	return ""
+}
+
+// writeProblem answers the whole request with p, as ratelimitd does.
+func writeProblem(w http.ResponseWriter, p ProblemBody) {
+	p.Type, p.Title = "about:blank", http.StatusText(p.Status)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
 }
 
 // Counts returns the requests answered and how many calls each carried.

@@ -3,6 +3,7 @@ package ratelimitgrpc_test
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +125,21 @@ func TestFailures(t *testing.T) {
 		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if want := map[bool]codes.Code{false: codes.Unavailable, true: codes.OK}[open]; status.Code(err) != want {
 			t.Errorf("ratelimitd down, open=%v: %v, want %v", open, err, want)
+		}
+	}
+}
+
+// TestRefusedKey: a key that ratelimitd refuses, too long, holding NUL,
+// not UTF-8 or longer than a body, is INVALID_ARGUMENT, never the fail
+// mode's pass.
+func TestRefusedKey(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerKey": 10})
+	c := newClient(t, f, true)
+	for _, id := range []string{strings.Repeat("k", 257), "a\x00b", "a\xffb", strings.Repeat("k", 2<<20)} {
+		key := func(context.Context, string) (string, error) { return id, nil }
+		hc := serve(t, c, ratelimitgrpc.Rule{Limit: "PerKey", Key: key})
+		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a key of %.20q: %v, want INVALID_ARGUMENT", id, err)
 		}
 	}
 }
