@@ -39,7 +39,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ratelimitd/ratelimitd/client/internal/key"
 )
 
 // Defaults of Config.
@@ -556,10 +557,6 @@ const (
 	maxCallBody = 1<<20 - len(`{"requests":[]}`)
 	// maxLimitLen is the longest name a limit can have.
 	maxLimitLen = 64
-	// maxIDLen is longer than any bucket id a format of ratelimitd's
-	// takes: the longest, a set of 100 names of up to 1,024 bytes each,
-	// is about 100 KiB.
-	maxIDLen = 128 << 10
 )
 
 // validate refuses, before anything is sent, what ratelimitd would refuse
@@ -568,32 +565,24 @@ const (
 // JSON body cannot carry them), and a call larger than the body
 // ratelimitd reads. It refuses too, saving a round trip, what no limit
 // could take: NUL, a bucket id longer than any id format takes, a limit
-// name longer than any limit's. Each is a *Problem, as ratelimitd would
+// name longer than any limit's. The strings' rule is package key's, which
+// the middleware's and the interceptors' keys follow too. Each is a *Problem, as ratelimitd would
 // word it for the call alone: a 422 naming the fields, or a 413.
 // Everything else is ratelimitd's to judge, for this call alone.
 func (cl *call) validate() error {
 	var bad []FieldError
 	check := func(i int, field, s string, most int) {
-		var msg string
-		switch {
-		case !utf8.ValidString(s):
-			msg = "must be valid UTF-8"
-		case strings.IndexByte(s, 0) >= 0:
-			msg = "must not contain NUL"
-		case len(s) > most:
-			msg = "longer than " + strconv.Itoa(most) + " bytes"
-		default:
-			return
+		if msg := key.Problem(s, most); msg != "" {
+			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "]." + field, Message: msg})
 		}
-		bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "]." + field, Message: msg})
 	}
 	for i, b := range cl.buckets {
 		check(i, "limit", b.Limit, maxLimitLen)
-		check(i, "bucket_id", b.ID, maxIDLen)
+		check(i, "bucket_id", b.ID, key.MaxLen)
 	}
 	for i, s := range cl.settlements {
 		check(i, "limit", s.Limit, maxLimitLen)
-		check(i, "bucket_id", s.ID, maxIDLen)
+		check(i, "bucket_id", s.ID, key.MaxLen)
 	}
 	if bad != nil {
 		return &Problem{Status: http.StatusUnprocessableEntity, Title: "Unprocessable Entity", Detail: "the request has invalid values", Errors: bad}
