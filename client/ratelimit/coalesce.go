@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -152,8 +153,15 @@ func (c *Client) send(sc *scratch) {
 	if c.hooks.Request != nil {
 		c.hooks.Request(len(live), took, err)
 	}
-	for _, cl := range live {
-		if err != nil {
+	var refused *Problem
+	if err != nil && !errors.Is(err, ErrUnavailable) {
+		errors.As(err, &refused)
+	}
+	for i, cl := range live {
+		switch {
+		case refused != nil:
+			cl.res, cl.err = Result{}, refused.of(i)
+		case err != nil:
 			cl.res, cl.err = Result{}, err
 		}
 		cl.done <- struct{}{}
@@ -202,6 +210,23 @@ func (c *Client) post(ctx context.Context, sc *scratch) error {
 // not decide however the call is written.
 func refusedBody(status int) bool {
 	return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusUnprocessableEntity
+}
+
+// of returns the problem of a whole request as the i-th call it carried
+// has it: the fields that ratelimitd named by that call's place in the
+// body ("requests[2].lease_id"), named as the call's own ("lease_id"), as
+// a problem of the call alone names them; the other calls' fields left
+// out, which are not this call's to mend.
+func (p *Problem) of(i int) *Problem {
+	q := *p
+	q.Errors = nil
+	prefix := "requests[" + strconv.Itoa(i) + "]."
+	for _, f := range p.Errors {
+		if field, ok := strings.CutPrefix(f.Field, prefix); ok {
+			q.Errors = append(q.Errors, FieldError{Field: field, Message: f.Message})
+		}
+	}
+	return &q
 }
 
 // refusal is the *Problem of a whole request refused with status: the

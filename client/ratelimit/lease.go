@@ -96,7 +96,9 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Err is nil while the lease is held and after Release; after its
 // context ended, the context's error; after it was lost, ErrLeaseLost or
-// an error wrapping ErrLeaseExpired.
+// an error wrapping ErrLeaseExpired; after ratelimitd refused a renewal,
+// an error wrapping its *Problem, whose field errors name the renewal's
+// own fields ("lease_id", "ttl_ms").
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -30,8 +30,9 @@ const Retry = time.Minute
 
 // Server models buckets of a burst that never refill, and leases that
 // never expire but on request. It refuses what ratelimitd refuses of a
-// bucket's id (empty, NUL, longer than the format string takes), each
-// for its request, and a body over MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
+// bucket's id (empty, NUL, longer than the format string takes) and a
+// lease id not of its form, each for its request, and a body over
+// MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
 // refusing unknown fields, so that what a client writes is checked by a
 // reader other than its own.
 type Server struct {
@@ -248,6 +249,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // answer decides one request; the caller holds mu.
 func (s *Server) answer(req Request) any {
 	switch req.Op {
+	case "release", "renew":
+		if !leaseID(req.LeaseID) {
+			return Problem{ProblemBody{Type: "urn:ratelimitd:problem:validation", Title: "Unprocessable Entity", Status: 422,
+				Detail: "the request has invalid values", Errors: []FieldError{{Field: "lease_id", Message: "must be a lease id as acquire returns it (lse_ and 26 characters)"}}}}
+		}
+	}
+	switch req.Op {
 	case "release":
 		held, ok := s.leases[req.LeaseID]
 		for k, n := range held {
@@ -311,7 +319,7 @@ func (s *Server) answer(req Request) any {
 	if req.Op == "acquire" {
 		var l *Lease
 		if res.Allowed {
-			id := make([]byte, 16)
+			id := make([]byte, 13)
 			rand.Read(id)
 			l = &Lease{ID: "lse_" + hex.EncodeToString(id), ExpiresAt: time.Now().Add(time.Minute).UTC()}
 			held := map[string]int64{}
@@ -343,6 +351,12 @@ func idProblem(id string) string {
 		return "longer than 256 bytes"
 	}
 	return ""
+}
+
+// leaseID reports whether id has the form of the lease ids ratelimitd
+// gives.
+func leaseID(id string) bool {
+	return len(id) == len("lse_")+26 && strings.HasPrefix(id, "lse_")
 }
 
 // writeProblem answers the whole request with p, as ratelimitd does.
