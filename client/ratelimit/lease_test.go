@@ -280,3 +280,23 @@ func TestLeaseRefusedWhole(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseReleaseAfterRefusedRenewal: a lease whose renewal ratelimitd
+// refused (a 422, not the 404 of a lease gone) may still hold its units
+// there: Release frees them, as after renewals that failed.
+func TestLeaseReleaseAfterRefusedRenewal(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+	var on atomic.Bool
+	f.Fault = when(&on, leaseProblem("renew"))
+	c := newClient(t, f, Config{Timeout: time.Minute})
+	l := acquire(t, c, context.Background(), 90*time.Millisecond)
+	on.Store(true)
+	<-l.Done()
+	on.Store(false)
+	if err := l.Release(context.Background()); err != nil || f.Op("release") != 1 {
+		t.Errorf("Release: %v, %d releases sent", err, f.Op("release"))
+	}
+	if r, err := c.Acquire(context.Background(), time.Second, Bucket{Limit: "L", ID: "job", Cost: 1}); err != nil || !r.Allowed {
+		t.Errorf("acquiring the released unit: %+v, %v", r, err)
+	}
+}
