@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -48,7 +49,7 @@ func (c *Client) run() {
 		c.mu.Lock()
 		n, size := 0, 0
 		for n < len(c.queue) && n < c.maxBatch {
-			size += c.queue[n].size()
+			size += c.queue[n].bytes
 			if n > 0 && size > maxBody {
 				break
 			}
@@ -69,14 +70,31 @@ func (c *Client) run() {
 	}
 }
 
-// size estimates the bytes a call takes in a body.
+// size bounds from above the bytes a call takes in a body: its strings
+// as appendString escapes them, a control character taking six bytes,
+// and room for every other member.
 func (cl *call) size() int {
-	n := 64 + len(cl.leaseID)
+	n := 64 + escapedLen(cl.leaseID)
 	for _, b := range cl.buckets {
-		n += 48 + len(b.Limit) + len(b.ID)
+		n += 56 + escapedLen(b.Limit) + escapedLen(b.ID)
 	}
 	for _, s := range cl.settlements {
-		n += 80 + len(s.Limit) + len(s.ID)
+		n += 96 + escapedLen(s.Limit) + escapedLen(s.ID)
+	}
+	return n
+}
+
+// escapedLen is the length of s as appendString writes it, quotes left
+// out.
+func escapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"', c == '\\', c == '\n', c == '\r', c == '\t':
+			n++
+		case c < 0x20:
+			n += 5
+		}
 	}
 	return n
 }
@@ -129,12 +147,21 @@ func (c *Client) send(sc *scratch) {
 		}
 	}
 	took := time.Since(start)
-	c.breaker.record(c.now(), err == nil)
+	// A request refused as a whole for its body was answered: ratelimitd
+	// is up, and the breaker hears of a success.
+	c.breaker.record(c.now(), err == nil || !errors.Is(err, ErrUnavailable))
 	if c.hooks.Request != nil {
 		c.hooks.Request(len(live), took, err)
 	}
-	for _, cl := range live {
-		if err != nil {
+	var refused *Problem
+	if err != nil && !errors.Is(err, ErrUnavailable) {
+		errors.As(err, &refused)
+	}
+	for i, cl := range live {
+		switch {
+		case refused != nil:
+			cl.res, cl.err = Result{}, refused.of(i)
+		case err != nil:
 			cl.res, cl.err = Result{}, err
 		}
 		cl.done <- struct{}{}
@@ -142,8 +169,10 @@ func (c *Client) send(sc *scratch) {
 	clear(sc.live)
 }
 
-// post sends sc.body and reads the answer into sc.answer. Anything but a
-// 200 with a body is an error wrapping ErrUnavailable.
+// post sends sc.body and reads the answer into sc.answer. A refusal of
+// the body (400, 413, 422) is its *Problem: ratelimitd answered, and
+// asking again would be refused again. Anything else but a 200 with a
+// body is an error wrapping ErrUnavailable.
 func (c *Client) post(ctx context.Context, sc *scratch) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(sc.body))
 	if err != nil {
@@ -164,10 +193,50 @@ func (c *Client) post(ctx context.Context, sc *scratch) error {
 		return fmt.Errorf("%w: reading the answer: %w", ErrUnavailable, err)
 	case len(sc.answer) > maxAnswer:
 		return fmt.Errorf("%w: the answer is longer than %d bytes", ErrUnavailable, maxAnswer)
+	case refusedBody(res.StatusCode):
+		return refusal(res.StatusCode, sc.answer)
 	case res.StatusCode != http.StatusOK:
 		return unavailable(statusError(res.StatusCode, sc.answer))
 	}
 	return nil
+}
+
+// refusedBody reports whether a status of the whole request says that its
+// body was refused: not JSON of the right shape (400), too large (413),
+// or of values ratelimitd takes from no one (422). The calls' own checks
+// (call.validate) keep this from happening; should it, it is no sign of a
+// ratelimitd down, and the fail mode does not answer it. Other 4xx are:
+// a token refused (401, 403) or a ratelimitd without the route (404) will
+// not decide however the call is written.
+func refusedBody(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusUnprocessableEntity
+}
+
+// of returns the problem of a whole request as the i-th call it carried
+// has it: the fields that ratelimitd named by that call's place in the
+// body ("requests[2].lease_id"), named as the call's own ("lease_id"), as
+// a problem of the call alone names them; the other calls' fields left
+// out, which are not this call's to mend.
+func (p *Problem) of(i int) *Problem {
+	q := *p
+	q.Errors = nil
+	prefix := "requests[" + strconv.Itoa(i) + "]."
+	for _, f := range p.Errors {
+		if field, ok := strings.CutPrefix(f.Field, prefix); ok {
+			q.Errors = append(q.Errors, FieldError{Field: field, Message: f.Message})
+		}
+	}
+	return &q
+}
+
+// refusal is the *Problem of a whole request refused with status: the
+// answer's own problem, or one of the status alone.
+func refusal(status int, body []byte) *Problem {
+	r := reader{b: body}
+	if p := r.problem(); r.err == nil && p.Status == status {
+		return p
+	}
+	return &Problem{Status: status, Title: http.StatusText(status), Detail: "ratelimitd refused the request that carried the call"}
 }
 
 // statusError words an answer other than 200 to the whole request: the

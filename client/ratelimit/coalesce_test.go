@@ -191,14 +191,15 @@ func TestProblemOfOneCall(t *testing.T) {
 	}
 }
 
-// TestInvalidUTF8 is refused before it is sent: in a body it would make
-// ratelimitd refuse every call of the request.
+// TestInvalidUTF8 is refused before it is sent, as a bad value of the
+// call alone: in a body it would make ratelimitd refuse every call of the
+// request.
 func TestInvalidUTF8(t *testing.T) {
 	f := fakeratelimitd.New(t, map[string]int64{"L": 10})
 	c := newClient(t, f, Config{})
 	r, err := c.Spend(context.Background(), Bucket{Limit: "L", ID: "a\xffb", Cost: 1})
 	var p *Problem
-	if !errors.As(err, &p) || p.Status != 400 || p.Errors[0].Field != "buckets[0].bucket_id" || r.Allowed {
+	if !errors.As(err, &p) || p.Status != 422 || p.Errors[0].Field != "buckets[0].bucket_id" || r.Allowed {
 		t.Errorf("%+v, %v", r, err)
 	}
 	if n, _ := f.Counts(); n != 0 {

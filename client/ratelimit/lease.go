@@ -75,7 +75,8 @@ type Lease struct {
 
 	mu  sync.Mutex
 	err error
-	// released is set once ratelimitd has answered a release.
+	// released is set once ratelimitd has answered a release, Release's
+	// or the one sent when the context ended.
 	released bool
 }
 
@@ -96,7 +97,9 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Err is nil while the lease is held and after Release; after its
 // context ended, the context's error; after it was lost, ErrLeaseLost or
-// an error wrapping ErrLeaseExpired.
+// an error wrapping ErrLeaseExpired; after ratelimitd refused a renewal,
+// an error wrapping its *Problem, whose field errors name the renewal's
+// own fields ("lease_id", "ttl_ms").
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,12 +113,13 @@ func (l *Lease) Err() error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
-	// A lease released, lost, or released when its context ended, has
-	// nothing left to free; one whose renewals failed may, if ratelimitd
-	// is back. Two Releases at once may both ask: the second is told
-	// released false, which is no error.
+	// A lease released (by Release, or when its context ended) or lost
+	// has nothing left to free; one whose renewals failed or were refused
+	// may still hold its units, and one whose release at its context's
+	// end failed, if ratelimitd is back. Two Releases at once may both
+	// ask: the second is told released false, which is no error.
 	l.mu.Lock()
-	done := l.id == "" || l.released || (l.err != nil && !errors.Is(l.err, ErrLeaseExpired))
+	done := l.id == "" || l.released || errors.Is(l.err, ErrLeaseLost)
 	l.mu.Unlock()
 	if done {
 		return nil
@@ -153,6 +157,9 @@ func (l *Lease) keep(ctx context.Context, expires time.Time) {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.timeout)
 				if cl, err := l.c.ask(rctx, call{op: opRelease, leaseID: l.id}); err == nil {
 					l.c.putCall(cl)
+					l.mu.Lock()
+					l.released = true
+					l.mu.Unlock()
 				}
 				cancel()
 			}

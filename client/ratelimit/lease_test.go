@@ -1,9 +1,15 @@
 package ratelimit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,4 +145,158 @@ func TestLeaseFailOpen(t *testing.T) {
 		t.Error(err)
 	}
 	<-r.Lease.Done()
+}
+
+// when is fault while on holds; the fake's Fault is set before it
+// serves, and switched on later through on.
+func when(on *atomic.Bool, fault func(w http.ResponseWriter, r *http.Request) bool) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool { return on.Load() && fault(w, r) }
+}
+
+// leaseProblem answers every renew or release of a request with a 422
+// naming lease_id, as ratelimitd words one, and the rest as the fake.
+func leaseProblem(op string) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		body, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(body), `"op":"`+op+`"`) {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"results":[{"problem":{"type":"urn:ratelimitd:problem:validation","title":"Unprocessable Entity","status":422,` +
+			`"detail":"the request has invalid values","request_id":"r-1","errors":[{"field":"lease_id","message":"must be a lease id as acquire returns it"}]}}]}`))
+		return true
+	}
+}
+
+// namesLeaseID reports whether err is a *Problem whose field errors name
+// lease_id.
+func namesLeaseID(err error) bool {
+	var p *Problem
+	return errors.As(err, &p) && p.Status == 422 && len(p.Errors) == 1 && p.Errors[0].Field == "lease_id" &&
+		p.RequestID == "r-1" && strings.Contains(err.Error(), "lease_id")
+}
+
+// TestLeaseRefusalNamesField: a renewal or a release that ratelimitd
+// refuses naming lease_id ends with an error that still names it, through
+// the package's *Problem, as the refusal of a bucket id names the bucket.
+func TestLeaseRefusalNamesField(t *testing.T) {
+	t.Run("renew", func(t *testing.T) {
+		f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+		var on atomic.Bool
+		f.Fault = when(&on, leaseProblem("renew"))
+		c := newClient(t, f, Config{Timeout: time.Minute})
+		l := acquire(t, c, context.Background(), 90*time.Millisecond)
+		on.Store(true)
+		<-l.Done()
+		if err := l.Err(); !namesLeaseID(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrUnavailable) {
+			t.Errorf("Err %v, want the problem naming lease_id", err)
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+		var on atomic.Bool
+		f.Fault = when(&on, leaseProblem("release"))
+		c := newClient(t, f, Config{Timeout: time.Minute})
+		l := acquire(t, c, context.Background(), time.Minute)
+		on.Store(true)
+		if err := l.Release(context.Background()); !namesLeaseID(err) {
+			t.Errorf("Release: %v, want the problem naming lease_id", err)
+		}
+	})
+}
+
+// refuseLeaseIDs refuses a whole request that holds a renew or a release
+// with a 400 naming each one's lease_id by its place in the body, as
+// ratelimitd names the fields of a body it cannot read; it answers other
+// requests as the fake.
+func refuseLeaseIDs(w http.ResponseWriter, r *http.Request) bool {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct{ Requests []struct{ Op string } }
+	json.Unmarshal(body, &req)
+	var fields []string
+	for i, q := range req.Requests {
+		if q.Op == "renew" || q.Op == "release" {
+			fields = append(fields, `{"field":"requests[`+strconv.Itoa(i)+`].lease_id","message":"is not valid UTF-8"}`)
+		}
+	}
+	if fields == nil {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusBadRequest)
+	w.Write([]byte(`{"type":"urn:ratelimitd:problem:bad-request","title":"Bad Request","status":400,"detail":"the body is not valid UTF-8",` +
+		`"request_id":"r-2","errors":[` + strings.Join(fields, ",") + `]}`))
+	return true
+}
+
+// TestLeaseRefusedWhole: when ratelimitd refuses a whole request naming a
+// release's or renewal's lease_id by its place in the body, that call's
+// error names lease_id, its own field, and the calls beside it in the
+// request get the problem without fields that are not theirs.
+func TestLeaseRefusedWhole(t *testing.T) {
+	t.Run("release", func(t *testing.T) {
+		f := fakeratelimitd.New(t, map[string]int64{"L": 10})
+		var on atomic.Bool
+		gate := make(chan struct{})
+		f.Fault = when(&on, func(w http.ResponseWriter, r *http.Request) bool { <-gate; return refuseLeaseIDs(w, r) })
+		c := newClient(t, f, Config{Timeout: time.Minute})
+		l := acquire(t, c, context.Background(), time.Minute)
+		on.Store(true)
+		// A spend holds the one request in flight; a spend and the release
+		// queue behind it and go together.
+		held := make(chan struct{})
+		go func() { c.Spend(context.Background(), Bucket{Limit: "L", ID: "a", Cost: 1}); close(held) }()
+		waitFor(t, "the first request", func() bool { return len(f.Arrived) == 2 })
+		var spendErr, releaseErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { _, spendErr = c.Spend(context.Background(), Bucket{Limit: "L", ID: "b", Cost: 1}) })
+		waitFor(t, "the spend queued", func() bool { return queued(c) == 1 })
+		wg.Go(func() { releaseErr = l.Release(context.Background()) })
+		waitFor(t, "the release queued", func() bool { return queued(c) == 2 })
+		close(gate)
+		wg.Wait()
+		<-held
+		var p *Problem
+		if !errors.As(releaseErr, &p) || len(p.Errors) != 1 || p.Errors[0].Field != "lease_id" || p.RequestID != "r-2" || errors.Is(releaseErr, ErrUnavailable) {
+			t.Errorf("the release: %v, want the problem naming lease_id", releaseErr)
+		}
+		if !errors.As(spendErr, &p) || len(p.Errors) != 0 || p.BadBucketID() || errors.Is(spendErr, ErrUnavailable) {
+			t.Errorf("the spend beside it: %v, want the problem without the release's field", spendErr)
+		}
+	})
+	t.Run("renew", func(t *testing.T) {
+		f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+		var on atomic.Bool
+		f.Fault = when(&on, refuseLeaseIDs)
+		c := newClient(t, f, Config{Timeout: time.Minute})
+		l := acquire(t, c, context.Background(), 90*time.Millisecond)
+		on.Store(true)
+		<-l.Done()
+		var p *Problem
+		if err := l.Err(); !errors.As(err, &p) || len(p.Errors) != 1 || p.Errors[0].Field != "lease_id" || errors.Is(err, ErrUnavailable) {
+			t.Errorf("Err %v, want the problem naming lease_id", err)
+		}
+	})
+}
+
+// TestLeaseReleaseAfterRefusedRenewal: a lease whose renewal ratelimitd
+// refused (a 422, not the 404 of a lease gone) may still hold its units
+// there: Release frees them, as after renewals that failed.
+func TestLeaseReleaseAfterRefusedRenewal(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+	var on atomic.Bool
+	f.Fault = when(&on, leaseProblem("renew"))
+	c := newClient(t, f, Config{Timeout: time.Minute})
+	l := acquire(t, c, context.Background(), 90*time.Millisecond)
+	on.Store(true)
+	<-l.Done()
+	on.Store(false)
+	if err := l.Release(context.Background()); err != nil || f.Op("release") != 1 {
+		t.Errorf("Release: %v, %d releases sent", err, f.Op("release"))
+	}
+	if r, err := c.Acquire(context.Background(), time.Second, Bucket{Limit: "L", ID: "job", Cost: 1}); err != nil || !r.Allowed {
+		t.Errorf("acquiring the released unit: %+v, %v", r, err)
+	}
 }

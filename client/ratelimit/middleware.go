@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/client/clientip"
+	"github.com/ratelimitd/ratelimitd/client/internal/key"
 )
 
 // Key names the bucket of an incoming request. An error refuses the
@@ -93,19 +94,12 @@ func ClientIP(trusted ...netip.Prefix) Key {
 }
 
 // Header keys requests by the value of a header, such as an API key's; a
-// request without it, or with it more than once, is refused.
+// request without it, with it more than once, or with a value that no
+// limit could take as a bucket id (not UTF-8, holding NUL, longer than
+// 128 KiB) is refused, by the same rule as ratelimitgrpc.Metadata.
 func Header(name string) Key {
 	name = http.CanonicalHeaderKey(name)
-	return func(r *http.Request) (string, error) {
-		switch v := r.Header[name]; {
-		case len(v) == 0 || v[0] == "":
-			return "", errors.New(name + " is missing")
-		case len(v) > 1:
-			return "", errors.New(name + " is sent more than once")
-		default:
-			return v[0], nil
-		}
-	}
+	return func(r *http.Request) (string, error) { return key.One(name, r.Header[name]) }
 }
 
 // RoutePattern keys requests by the pattern of http.ServeMux that matched

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,5 +194,41 @@ func TestClientIPUnmapped(t *testing.T) {
 	r.Header.Set("X-Forwarded-For", "::ffff:192.0.2.33")
 	if got, err := key(r); err != nil || got != "192.0.2.33" {
 		t.Errorf("%q, %v", got, err)
+	}
+}
+
+// TestMiddlewareRefusedKey: a key that ratelimitd refuses, whatever the
+// reason (too long, NUL, not UTF-8, longer than a body), is the
+// request's 400, never the fail mode's pass, from a header or a key
+// function alike; a whole request ratelimitd refused for its body is a
+// 500, not the fail mode either.
+func TestMiddlewareRefusedKey(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"L": 10})
+	var refuse atomic.Bool
+	f.Fault = func(w http.ResponseWriter, r *http.Request) bool {
+		if !refuse.Load() {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"type":"about:blank","title":"Bad Request","status":400,"detail":"the body is not valid JSON"}`))
+		return true
+	}
+	c := newClient(t, f, Config{Timeout: time.Minute, FailOpen: true, BreakerFailures: 1})
+	for name, id := range badKeys {
+		key := func(*http.Request) (string, error) { return id, nil }
+		if w := serve(Middleware(c, Rule{Limit: "L", Key: key})(ok), "GET", "/", "192.0.2.1:1", nil); w.Code != 400 {
+			t.Errorf("a key %s: %d %q, want 400", name, w.Code, w.Body)
+		}
+	}
+	byHeader := Middleware(c, Rule{Limit: "L", Key: Header("X-Api-Key")})(ok)
+	for _, v := range []string{strings.Repeat("k", 257), "a\xffb"} {
+		if w := serve(byHeader, "GET", "/", "192.0.2.1:1", http.Header{"X-Api-Key": {v}}); w.Code != 400 {
+			t.Errorf("a header of %.20q: %d %q, want 400", v, w.Code, w.Body)
+		}
+	}
+	refuse.Store(true)
+	if w := serve(byHeader, "GET", "/", "192.0.2.1:1", http.Header{"X-Api-Key": {"k"}}); w.Code != 500 {
+		t.Errorf("a request refused whole: %d %q, want 500", w.Code, w.Body)
 	}
 }

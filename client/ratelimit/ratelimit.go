@@ -39,7 +39,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ratelimitd/ratelimitd/client/internal/key"
 )
 
 // Defaults of Config.
@@ -214,14 +215,20 @@ type Decision struct {
 // ErrUnavailable is the error of a call that ratelimitd gave no answer
 // in time, when the fail mode is closed: it could not be reached, was
 // slower than the call's deadline, answered with a server error, a
-// refusal of the whole request (a revoked token, say) or something that
-// is not an answer, or the breaker was open. The error wraps the cause.
+// refusal of the whole request that no call can mend (a revoked token, a
+// ratelimitd without the route) or something that is not an answer, or
+// the breaker was open. The error wraps the cause.
 var ErrUnavailable = errors.New("ratelimitd gave no answer")
 
 // Problem is a request refused by ratelimitd, as its RFC 9457 problem
 // details say: an unknown limit, a bucket id its format refuses, a cost
 // below 0. It is returned for the call alone, whatever the fail mode:
-// retrying it would be refused again.
+// retrying it would be refused again. The Client refuses some calls
+// itself, in the same words, before sending them: a string not UTF-8 or
+// holding NUL, a bucket id or limit name longer than any ratelimitd
+// takes (422), a call larger than a body it reads (413). A request that
+// ratelimitd refused as a whole for its body (400, 413, 422) is the
+// Problem of each call it carried, not the fail mode's: ratelimitd is up.
 type Problem struct {
 	Type   string
 	Title  string
@@ -510,6 +517,9 @@ type call struct {
 	// probe says that the call was let through an open breaker as its
 	// probe.
 	probe bool
+	// bytes bounds what the call takes in a body (size), counted once by
+	// validate.
+	bytes int
 
 	res Result
 	// lease is the lease of an acquire's or renew's answer, and
@@ -539,27 +549,47 @@ func (c *Client) putCall(cl *call) {
 	c.calls.Put(cl)
 }
 
-// validate refuses, before anything is sent, strings that are not valid
-// UTF-8: a JSON body cannot carry them, and ratelimitd would refuse the
-// whole request with every other call in it. Everything else is
-// ratelimitd's to judge, for this call alone.
+// Bounds of what a call may send, which validate holds it to.
+const (
+	// maxCallBody is the body ratelimitd reads (1 MiB), less the
+	// envelope of the requests: a call longer than that alone cannot be
+	// sent.
+	maxCallBody = 1<<20 - len(`{"requests":[]}`)
+	// maxLimitLen is the longest name a limit can have.
+	maxLimitLen = 64
+)
+
+// validate refuses, before anything is sent, what ratelimitd would refuse
+// with the whole request it travels in, so that the other calls of that
+// request are not refused with it: strings that are not valid UTF-8 (a
+// JSON body cannot carry them), and a call larger than the body
+// ratelimitd reads. It refuses too, saving a round trip, what no limit
+// could take: NUL, a bucket id longer than any id format takes, a limit
+// name longer than any limit's. The strings' rule is package key's, which
+// the middleware's and the interceptors' keys follow too. Each is a *Problem, as ratelimitd would
+// word it for the call alone: a 422 naming the fields, or a 413.
+// Everything else is ratelimitd's to judge, for this call alone.
 func (cl *call) validate() error {
 	var bad []FieldError
-	check := func(i int, field, s string) {
-		if !utf8.ValidString(s) {
-			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "]." + field, Message: "is not valid UTF-8"})
+	check := func(i int, field, s string, most int) {
+		if msg := key.Problem(s, most); msg != "" {
+			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "]." + field, Message: msg})
 		}
 	}
 	for i, b := range cl.buckets {
-		check(i, "limit", b.Limit)
-		check(i, "bucket_id", b.ID)
+		check(i, "limit", b.Limit, maxLimitLen)
+		check(i, "bucket_id", b.ID, key.MaxLen)
 	}
 	for i, s := range cl.settlements {
-		check(i, "limit", s.Limit)
-		check(i, "bucket_id", s.ID)
+		check(i, "limit", s.Limit, maxLimitLen)
+		check(i, "bucket_id", s.ID, key.MaxLen)
 	}
 	if bad != nil {
-		return &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Detail: "the request is not valid JSON", Errors: bad}
+		return &Problem{Status: http.StatusUnprocessableEntity, Title: "Unprocessable Entity", Detail: "the request has invalid values", Errors: bad}
+	}
+	if cl.bytes = cl.size(); cl.bytes > maxCallBody {
+		return &Problem{Status: http.StatusRequestEntityTooLarge, Title: "Request Entity Too Large",
+			Detail: "the call takes more than the " + strconv.Itoa(maxCallBody) + " bytes of a body ratelimitd reads"}
 	}
 	return nil
 }

@@ -6,16 +6,20 @@
 package fakeratelimitd
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Token is the bearer token the fake accepts.
@@ -25,7 +29,10 @@ const Token = "secret"
 const Retry = time.Minute
 
 // Server models buckets of a burst that never refill, and leases that
-// never expire but on request. It reads each request with encoding/json,
+// never expire but on request. It refuses what ratelimitd refuses of a
+// bucket's id (empty, NUL, longer than the format string takes) and a
+// lease id not of its form, each for its request, and a body over
+// MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
 // refusing unknown fields, so that what a client writes is checked by a
 // reader other than its own.
 type Server struct {
@@ -79,7 +86,7 @@ func (s *Server) errorf(format string, args ...any) {
 	if s.t == nil {
 		panic(fmt.Sprintf(format, args...))
 	}
-	s.errorf(format, args...)
+	s.t.Errorf(format, args...)
 }
 
 // Close stops the fake: its address then refuses connections.
@@ -198,10 +205,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.Fault != nil && s.Fault(w, r) {
 		return
 	}
+	// ratelimitd's bound of the body, and its refusal of one that is not
+	// UTF-8, are the whole request's, as there.
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		writeProblem(w, ProblemBody{Status: http.StatusRequestEntityTooLarge, Detail: "the body is larger than " + strconv.Itoa(MaxBody) + " bytes"})
+		return
+	}
+	if !utf8.Valid(raw) {
+		writeProblem(w, ProblemBody{Status: http.StatusBadRequest, Detail: "the body is not valid UTF-8"})
+		return
+	}
 	var body struct {
 		Requests []Request `json:"requests"`
 	}
-	dec := json.NewDecoder(r.Body)
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		s.errorf("the fake cannot read the request: %v", err)
@@ -231,6 +249,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // answer decides one request; the caller holds mu.
 func (s *Server) answer(req Request) any {
 	switch req.Op {
+	case "release", "renew":
+		if !leaseID(req.LeaseID) {
+			return Problem{ProblemBody{Type: "urn:ratelimitd:problem:validation", Title: "Unprocessable Entity", Status: 422,
+				Detail: "the request has invalid values", Errors: []FieldError{{Field: "lease_id", Message: "must be a lease id as acquire returns it (lse_ and 26 characters)"}}}}
+		}
+	}
+	switch req.Op {
 	case "release":
 		held, ok := s.leases[req.LeaseID]
 		for k, n := range held {
@@ -249,8 +274,8 @@ func (s *Server) answer(req Request) any {
 		if _, ok := s.bursts[b.Limit]; !ok {
 			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].limit", Message: "no such limit"})
 		}
-		if b.BucketID == "" {
-			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].bucket_id", Message: "must not be empty"})
+		if msg := idProblem(b.BucketID); msg != "" {
+			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].bucket_id", Message: msg})
 		}
 	}
 	if bad != nil {
@@ -294,7 +319,7 @@ func (s *Server) answer(req Request) any {
 	if req.Op == "acquire" {
 		var l *Lease
 		if res.Allowed {
-			id := make([]byte, 16)
+			id := make([]byte, 13)
 			rand.Read(id)
 			l = &Lease{ID: "lse_" + hex.EncodeToString(id), ExpiresAt: time.Now().Add(time.Minute).UTC()}
 			held := map[string]int64{}
@@ -306,6 +331,40 @@ func (s *Server) answer(req Request) any {
 		res.Lease = &l
 	}
 	return res
+}
+
+// MaxBody is the most bytes of a body ratelimitd reads; a longer one is
+// refused as a whole, 413.
+const MaxBody = 1 << 20
+
+// idProblem says why ratelimitd's id format "string", every limit's here,
+// refuses id, "" when it does not. Other control characters than NUL,
+// which the format refuses too, are let through, for the tests of the
+// client's escaping.
+func idProblem(id string) string {
+	switch {
+	case id == "":
+		return "must not be empty"
+	case strings.IndexByte(id, 0) >= 0:
+		return "must not contain NUL"
+	case len(id) > 256:
+		return "longer than 256 bytes"
+	}
+	return ""
+}
+
+// leaseID reports whether id has the form of the lease ids ratelimitd
+// gives.
+func leaseID(id string) bool {
+	return len(id) == len("lse_")+26 && strings.HasPrefix(id, "lse_")
+}
+
+// writeProblem answers the whole request with p, as ratelimitd does.
+func writeProblem(w http.ResponseWriter, p ProblemBody) {
+	p.Type, p.Title = "about:blank", http.StatusText(p.Status)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
 }
 
 // Counts returns the requests answered and how many calls each carried.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/client/clientip"
+	"github.com/ratelimitd/ratelimitd/client/internal/key"
 	"github.com/ratelimitd/ratelimitd/client/ratelimit"
 )
 
@@ -128,18 +130,14 @@ func PeerAddress(trusted ...netip.Prefix) Key {
 }
 
 // Metadata keys calls by the value of a metadata entry, such as an API
-// key's; a call without it, or with it more than once, is refused.
+// key's; a call without it, with it more than once, or with a value that
+// no limit could take as a bucket id (not UTF-8, holding NUL, longer than
+// 128 KiB) is refused, by the same rule as ratelimit.Header.
 func Metadata(name string) Key {
+	name = strings.ToLower(name)
 	return func(ctx context.Context, _ string) (string, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
-		switch v := md.Get(name); {
-		case len(v) == 0 || v[0] == "":
-			return "", errors.New(name + " is missing")
-		case len(v) > 1:
-			return "", errors.New(name + " is sent more than once")
-		default:
-			return v[0], nil
-		}
+		return key.One(name, md.Get(name))
 	}
 }
 

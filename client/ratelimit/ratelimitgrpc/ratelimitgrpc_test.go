@@ -3,6 +3,9 @@ package ratelimitgrpc_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +127,66 @@ func TestFailures(t *testing.T) {
 		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if want := map[bool]codes.Code{false: codes.Unavailable, true: codes.OK}[open]; status.Code(err) != want {
 			t.Errorf("ratelimitd down, open=%v: %v, want %v", open, err, want)
+		}
+	}
+}
+
+// TestRefusedKey: a key that ratelimitd refuses, too long, holding NUL,
+// not UTF-8 or longer than a body, is INVALID_ARGUMENT, never the fail
+// mode's pass.
+func TestRefusedKey(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerKey": 10})
+	c := newClient(t, f, true)
+	for _, id := range []string{strings.Repeat("k", 257), "a\x00b", "a\xffb", strings.Repeat("k", 2<<20)} {
+		key := func(context.Context, string) (string, error) { return id, nil }
+		hc := serve(t, c, ratelimitgrpc.Rule{Limit: "PerKey", Key: key})
+		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a key of %.20q: %v, want INVALID_ARGUMENT", id, err)
+		}
+	}
+}
+
+// TestKeysAsMiddleware: the interceptor's key from metadata and the
+// middleware's from a header take and refuse the same values, for the
+// same reason, which each names; a refused key costs no request.
+func TestKeysAsMiddleware(t *testing.T) {
+	f := fakeratelimitd.New(t, map[string]int64{"PerKey": 100})
+	c := newClient(t, f, true)
+	hc := serve(t, c, ratelimitgrpc.Rule{Limit: "PerKey", Key: ratelimitgrpc.Metadata("x-api-key-bin")})
+	mw := ratelimit.Middleware(c, ratelimit.Rule{Limit: "PerKey", Key: ratelimit.Header("x-api-key-bin")})(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, tc := range []struct {
+		values []string
+		reason string // "" when the key is taken
+	}{
+		{[]string{"k1"}, ""},
+		{nil, "is missing"},
+		{[]string{"a", "b"}, "is sent more than once"},
+		{[]string{"a\x00b"}, "must not contain NUL"},
+		{[]string{"a\xffb"}, "must be valid UTF-8"},
+		{[]string{strings.Repeat("k", 128<<10+1)}, "longer than"},
+	} {
+		before, _ := f.Counts()
+		ctx := context.Background()
+		for _, v := range tc.values {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key-bin", v)
+		}
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header["X-Api-Key-Bin"] = tc.values
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+		after, _ := f.Counts()
+		switch {
+		case tc.reason == "" && (err != nil || w.Code != http.StatusOK):
+			t.Errorf("%.20q: %v and %d, want both taken", tc.values, err, w.Code)
+		case tc.reason == "":
+		case status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "x-api-key-bin "+tc.reason):
+			t.Errorf("%.20q: the interceptor's %v, want INVALID_ARGUMENT saying x-api-key-bin %s", tc.values, err, tc.reason)
+		case w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "X-Api-Key-Bin "+tc.reason):
+			t.Errorf("%.20q: the middleware's %d %s, want 400 saying X-Api-Key-Bin %s", tc.values, w.Code, w.Body, tc.reason)
+		case after != before:
+			t.Errorf("%.20q: %d requests to ratelimitd for a refused key", tc.values, after-before)
 		}
 	}
 }
