@@ -354,15 +354,16 @@ func (l *Limiter) callStore(ctx context.Context, op Op, now time.Time, batch []B
 	return err
 }
 
-// callerGone reports whether err is only the end of ctx, the caller's
-// context: the caller went away, or its own deadline passed, before the
-// store answered. That says nothing of the store, so it is no store
-// error: neither counted, logged nor timed as one, and no fail mode
-// answers it, since nobody waits for the answer. A store's own timeout
-// ends a context derived from ctx and leaves ctx alive, so it still is
-// an outage.
+// callerGone reports whether err is only the cancellation of ctx, the
+// caller's context: the caller went away before the store answered. That
+// says nothing of the store, so it is no store error: neither counted,
+// logged nor timed as one, and no fail mode answers it, since nobody waits
+// for the answer. A caller's own deadline passing is not the caller going
+// away: the store was slower than its caller allows (a hung store under
+// Envoy's short timeouts looks only like this), so that still counts as an
+// outage, as does a store's own timeout.
 func callerGone(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	return err != nil && errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled)
 }
 
 // storeError is the error of an operation whose store call failed with
