@@ -86,6 +86,11 @@
 #         cores itself, so its req/s are not comparable with wrk's; the
 #         service's CPU per call is. As for grpc, the service's count of
 #         its allowed gRPC decisions must grow by the calls ghz saw OK.
+#         With ghz comes one more yardstick, "grpc ceiling": the same ghz
+#         load on a bare grpc-go server with the service's listener
+#         settings (scripts/ceiling -grpc), which answers every call OK
+#         without reading it. Its CPU per call is what grpc-go charges any
+#         call: the floor under the ghz rows, as the ceiling is under wrk's.
 #   fa    a gateway's forward auth, GET /v1/forward-auth/bench?d=remote_address
 #         with a new client address per call in X-Forwarded-For from a
 #         trusted hop (wrk on loopback), as nginx sends it
@@ -264,6 +269,14 @@ declare -A URL GRPC TOKEN PID REDIS RPIDS
 TARGETS=(ceiling)
 start_ceiling
 URL[ceiling]=$CEILING_URL GRPC[ceiling]='' TOKEN[ceiling]=none PID[ceiling]=$CEILING_PID REDIS[ceiling]=''
+if has_scenario ghz; then
+	# The gRPC yardstick (scripts/ceiling -grpc): its CPU per call is
+	# grpc-go's own.
+	t="grpc ceiling"
+	TARGETS+=("$t")
+	start_ceiling -grpc
+	URL[$t]='' GRPC[$t]=${CEILING_URL#grpc://} TOKEN[$t]=none PID[$t]=$CEILING_PID REDIS[$t]=''
+fi
 if [ "$CEILING_WAIT" != 0 ]; then
 	t="ceiling waiting"
 	TARGETS+=("$t")
@@ -450,15 +463,15 @@ grpc_spend() {
 
 # ghz_spend ADDR URL TOKEN DURATION calls ShouldRateLimit at ADDR for
 # DURATION with ghz (see ghz above), checks the calls against the
-# decisions the service at URL counted, and prints a line as wrk_spend
-# does.
+# decisions the service at URL counted (unless URL is empty: the gRPC
+# ceiling counts nothing), and prints a line as wrk_spend does.
 ghz_spend() {
-	local out before after
-	before=$(grpc_allowed "$2")
+	local out before=0 after=-1
+	[ -z "$2" ] || before=$(grpc_allowed "$2")
 	out=$("$WORK/ghz" --insecure --call envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit \
 		--binary-file "$WORK/ghz-calls.bin" --connections "$GHZ_CONNECTIONS" --concurrency "$GHZ_CONCURRENCY" \
 		--duration "$4" --metadata "{\"authorization\":\"Bearer $3\"}" --format json "$1" 2>&1) || die "ghz failed: $out"
-	after=$(grpc_allowed "$2")
+	[ -z "$2" ] || after=$(grpc_allowed "$2")
 	# When its time is up, ghz closes the connection under the calls in
 	# flight, and counts them as failed: at most one per call in flight
 	# is its own cut, not the service's.
@@ -468,7 +481,7 @@ ghz_spend() {
 		| [.count, .total / 1e9,
 			(.latencyDistribution // [] | map(select(.percentage == 50))[0].latency // 0) / 1000,
 			(.latencyDistribution // [] | map(select(.percentage == 99))[0].latency // 0) / 1000,
-			.count - $ok - ([$cut, $inflight] | min), (if $ok > $allowed then $ok - $allowed else 0 end), 0,
+			.count - $ok - ([$cut, $inflight] | min), (if $allowed >= 0 and $ok > $allowed then $ok - $allowed else 0 end), 0,
 			((.errorDistribution // {}) | to_entries | map("\(.value) \(.key)") | join("; ") | if . == "" then "-" else gsub(" "; "_") end)]
 		| map(tostring) | join(" ")' <<<"$out" || die "ghz printed no result: $out"
 }
@@ -533,6 +546,7 @@ client_spend() {
 # tool of its scenario and prints wrk_spend's line.
 spend() {
 	local t=$1 n=1 kind=allowed
+	[ "$t" = "grpc ceiling" ] && { ghz_spend "${GRPC[$t]}" "" "" "$2"; return; }
 	if [ "${TOKEN[$t]}" != none ]; then
 		local sc=${t#* }
 		case $sc in
@@ -555,7 +569,7 @@ spend() {
 # and script calls per socket read (or -, without a private redis-server).
 run() {
 	local round=$1 t=$2 expect=true
-	[ "${t#*-}" = denied ] && expect=false
+	[ "${t##*-}" = denied ] && expect=false
 	local req secs p50 p99 bad wrong sock kinds cpu0 cpu1 c0=0 u0=0 r0=0 c1=0 u1=0 r1=0 hits0=- hits1=- rcpu0=0 rcpu1=0 own= rpid rpids=${RPIDS[$t]:-$REDIS_PID}
 	[ -n "${REDIS[$t]}" ] && [ -n "$rpids" ] && own=1
 	read -r _ _ _ _ bad wrong sock kinds < <(spend "$t" "$WARMUP" any)

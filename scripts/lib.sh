@@ -43,7 +43,7 @@ start_ceiling() {
 	CEILING_PIDS="$CEILING_PIDS $CEILING_PID"
 	local i
 	for i in $(seq 100); do
-		CEILING_URL=$(sed -n 's|^ceiling listening on \(http://[^ ]*\)$|\1|p' "$out.stdout" 2>/dev/null || true)
+		CEILING_URL=$(sed -n 's|^ceiling listening on \([a-z]*://[^ ]*\)$|\1|p' "$out.stdout" 2>/dev/null || true)
 		[ -n "$CEILING_URL" ] && return 0
 		kill -0 "$CEILING_PID" 2>/dev/null || { cat "$out.log" >&2; die "ceiling did not start"; }
 		sleep 0.1

@@ -15,11 +15,22 @@
 // starts when the body has been read and must be stopped before the answer
 // (docs/performance.md).
 //
+// With -grpc, it is the yardstick of the gRPC front instead: grpc-go with
+// the settings the service's listener depends on for its speed (a pool of
+// goroutines for calls, grpc.NumStreamWorkers, as many as the service
+// keeps, and the service's floor under the garbage collector), answering
+// every ShouldRateLimit with a fixed OK and nothing else: no token, no
+// descriptor read, no decision. What a call costs it under the load of
+// Envoy's shape is what grpc-go charges any service for a call, below
+// which the service's gRPC front cannot go.
+//
 // It listens on -addr (a free loopback port by default) and prints
-// "ceiling listening on http://ADDR" once it accepts connections.
+// "ceiling listening on http://ADDR" (grpc://ADDR with -grpc) once it
+// accepts connections.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +39,11 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ratelimitd/ratelimitd/internal/gcfloor"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
 )
 
 // answer is what a one-bucket spend answers, padded to 150 bytes, so that
@@ -82,13 +98,50 @@ func answerEvery(wait time.Duration, waiting chan chan struct{}) {
 	}
 }
 
+// rateLimitService answers every ShouldRateLimit with one OK answer.
+type rateLimitService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+// ok is the answer to every call, made once.
+var ok = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+	Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}
+
+// ShouldRateLimit answers OK without reading the request.
+func (rateLimitService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return ok, nil
+}
+
+// streamWorkers and gcHeadroom are the service's own settings (api/rls,
+// cmd/ratelimitd), so that the yardstick differs from the service only in
+// what it does per call.
+const (
+	streamWorkers = 128
+	gcHeadroom    = 64 << 20
+)
+
+// serveGRPC serves the gRPC yardstick on ln until it fails.
+func serveGRPC(ln net.Listener) error {
+	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers))
+	rlsv3.RegisterRateLimitServiceServer(s, rateLimitService{})
+	// ghz, as grpcurl, learns the call's messages from the server.
+	reflection.Register(s)
+	return s.Serve(ln)
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "address to listen on")
 	wait := flag.Duration("wait", 0, "answer after waiting this long on another goroutine (0: at once)")
+	withGRPC := flag.Bool("grpc", false, "answer ShouldRateLimit over gRPC instead of HTTP")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *withGRPC {
+		gcfloor.Keep(os.Getenv, gcHeadroom)
+		fmt.Fprintf(os.Stdout, "ceiling listening on grpc://%s\n", ln.Addr())
+		log.Fatal(serveGRPC(ln))
 	}
 	fmt.Fprintf(os.Stdout, "ceiling listening on http://%s\n", ln.Addr())
 	log.Fatal(http.Serve(ln, handler(*wait)))
