@@ -1,9 +1,9 @@
 // Command ceiling is the yardstick of `make bench`: a bare net/http server,
 // with default settings and nothing but the standard library on its path,
 // that answers any POST with a fixed 150-byte JSON body shaped like a
-// spend's answer. No HTTP JSON service
-// on the same machine can answer faster, so the bench reports each target as
-// a ratio to it, which holds across machines where requests/s do not.
+// spend's answer. No HTTP JSON service on the same machine can answer
+// faster, so the bench reports each target as a ratio to it, which holds
+// across machines where requests/s do not.
 //
 // With -wait, it is the yardstick of a store that answers from another
 // goroutine, as the Redis store does: each handler reads the body to its
