@@ -357,7 +357,9 @@ start_store() {
 REPL_PIDS=
 start_replicated() {
 	local role port pid primary= try i
-	trap 'stop_replicated; cleanup' EXIT
+	# The exit status is kept aside: under set -e a trap stops at its
+	# first command that fails, so stop_replicated must not return it.
+	trap 'rc=$?; stop_replicated; cleanup "$rc"' EXIT
 	for role in primary replica; do
 		for try in 1 2 3 4 5; do
 			port=$((20000 + RANDOM % 40000))
@@ -384,15 +386,13 @@ start_replicated() {
 	die "the replicated store's replica did not sync within 10s"
 }
 
-# stop_replicated stops what start_replicated started, keeping the exit
-# status for cleanup.
+# stop_replicated stops what start_replicated started.
 stop_replicated() {
-	local rc=$? pid
+	local pid
 	for pid in $REPL_PIDS; do
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done
-	return $rc
 }
 
 for store in $STORES; do

@@ -199,8 +199,10 @@ redis_cleanup() {
 	fi
 }
 
+# cleanup stops every process started here, removes WORK, and exits with
+# the status given, or else with the status the script is exiting with.
 cleanup() {
-	local rc=$?
+	local rc=${1:-$?}
 	local pid
 	for pid in $LOAD_PID $CEILING_PIDS $EXTRA_PIDS; do
 		kill "$pid" 2>/dev/null || true
