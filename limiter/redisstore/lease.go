@@ -348,10 +348,7 @@ func (l *leases) Acquire(ctx context.Context, now time.Time, rec *limiter.LeaseR
 // acquireIn acquires the lease on the groups of the batch's buckets by
 // slot, as the top of this file describes.
 func (l *leases) acquireIn(ctx context.Context, nowUS int64, rec *limiter.LeaseRecord, batch []limiter.LeaseBucket) (bool, error) {
-	keys := make([]string, len(batch))
-	for i := range batch {
-		keys[i] = l.cfg.prefix + string(batch[i].Key)
-	}
+	keys := l.bucketKeys(batch)
 	groups := bySlot(keys, l.slot)
 	recKey := l.recordKey(rec.ID)
 	// The record joins the only group when it shares its slot: the
@@ -492,6 +489,30 @@ func (l *leases) undo(ctx context.Context, rec *limiter.LeaseRecord, keys []stri
 	return slotErrors(errs)
 }
 
+// bucketKeys returns the Redis keys of the batch's buckets.
+func (l *leases) bucketKeys(batch []limiter.LeaseBucket) []string {
+	keys := make([]string, len(batch))
+	for i := range batch {
+		keys[i] = l.cfg.prefix + string(batch[i].Key)
+	}
+	return keys
+}
+
+// slotRuns groups keys by slot, as the positions in keys of each group,
+// and makes one script call of op per group that takes nothing but the
+// time and the margin besides its keys.
+func (l *leases) slotRuns(op string, now time.Time, keys []string) ([][]int, []scriptRun) {
+	groups := bySlot(keys, l.slot)
+	runs := make([]scriptRun, len(groups))
+	for i, pos := range groups {
+		runs[i].args = []any{op, now.UnixMicro(), l.cfg.marginArg}
+		for _, p := range pos {
+			runs[i].keys = append(runs[i].keys, keys[p])
+		}
+	}
+	return groups, runs
+}
+
 // Held implements limiter.LeaseStore; on a Cluster the slots may be read
 // at slightly different instants.
 func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseBucket) error {
@@ -499,18 +520,7 @@ func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseB
 		return nil
 	}
 	return l.cfg.bounded(ctx, "held", func(ctx context.Context) error {
-		keys := make([]string, len(batch))
-		for i := range batch {
-			keys[i] = l.cfg.prefix + string(batch[i].Key)
-		}
-		groups := bySlot(keys, l.slot)
-		runs := make([]scriptRun, len(groups))
-		for i, pos := range groups {
-			runs[i].args = []any{"held", now.UnixMicro(), l.cfg.marginArg}
-			for _, p := range pos {
-				runs[i].keys = append(runs[i].keys, keys[p])
-			}
-		}
+		groups, runs := l.slotRuns("held", now, l.bucketKeys(batch))
 		errs := make([]error, len(groups))
 		cmds, _ := l.eval(ctx, runs, false)
 		for i, cmd := range cmds {
@@ -536,15 +546,7 @@ func (l *leases) Held(ctx context.Context, now time.Time, batch []limiter.LeaseB
 func (l *leases) Expire(ctx context.Context, now time.Time, keys []string) ([]int64, error) {
 	out := make([]int64, len(keys))
 	err := l.cfg.bounded(ctx, "expire", func(ctx context.Context) error {
-		full := l.cfg.fullKeys(keys)
-		groups := bySlot(full, l.slot)
-		runs := make([]scriptRun, len(groups))
-		for i, pos := range groups {
-			runs[i].args = []any{"expire", now.UnixMicro(), l.cfg.marginArg}
-			for _, p := range pos {
-				runs[i].keys = append(runs[i].keys, full[p])
-			}
-		}
+		groups, runs := l.slotRuns("expire", now, l.cfg.fullKeys(keys))
 		errs := make([]error, len(groups))
 		// Dropping leases that expired gives nothing a failover could
 		// cost: it waits for no replica.
