@@ -155,13 +155,7 @@ func (g *ruleGenerator) importFile(m *ruleModel) ruleOp {
 	for i := range 1 + g.r.IntN(3) {
 		r := limiter.Rule{Domain: o.domain, Limit: "L" + strconv.Itoa(g.n) + "i" + strconv.Itoa(i)}
 		for range 1 + g.r.IntN(3) {
-			e := limiter.DescriptorEntry{Key: modelKeys[g.r.IntN(len(modelKeys))]}
-			switch g.r.IntN(3) {
-			case 0:
-				e.Value = modelValues[g.r.IntN(len(modelValues))]
-			case 1:
-				e.Value = modelWildcards[g.r.IntN(len(modelWildcards))]
-			}
+			e := g.entry()
 			r.Descriptor = append(r.Descriptor, e)
 		}
 		var domainRules []limiter.Rule
@@ -270,16 +264,23 @@ func (m *ruleModel) importRefused(o ruleOp) string {
 	return ""
 }
 
+// entry draws a rule's descriptor entry: a key, with a value, a wildcard
+// or no value, each as often.
+func (g *ruleGenerator) entry() limiter.DescriptorEntry {
+	e := limiter.DescriptorEntry{Key: modelKeys[g.r.IntN(len(modelKeys))]}
+	switch g.r.IntN(3) {
+	case 0:
+		e.Value = modelValues[g.r.IntN(len(modelValues))]
+	case 1:
+		e.Value = modelWildcards[g.r.IntN(len(modelWildcards))]
+	}
+	return e
+}
+
 func (g *ruleGenerator) create() ruleOp {
 	o := ruleOp{kind: opCreateRule, domain: modelDomains[g.r.IntN(len(modelDomains))], limit: "L" + strconv.Itoa(g.n)}
 	for range 1 + g.r.IntN(3) {
-		e := limiter.DescriptorEntry{Key: modelKeys[g.r.IntN(len(modelKeys))]}
-		switch g.r.IntN(3) {
-		case 0:
-			e.Value = modelValues[g.r.IntN(len(modelValues))]
-		case 1:
-			e.Value = modelWildcards[g.r.IntN(len(modelWildcards))]
-		}
+		e := g.entry()
 		if !isExact(e) && g.r.IntN(4) == 0 {
 			e.Shared = true
 		}
