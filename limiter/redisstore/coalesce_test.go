@@ -307,6 +307,40 @@ func TestManyJoinsTheCallsInFlight(t *testing.T) {
 	}
 }
 
+// TestBatchesReadWhatTheOnesBeforeDeleted: a refund that fills its
+// bucket deletes the key, and the batches after it in the same script
+// call read the bucket as absent, not as the script first read it.
+func TestBatchesReadWhatTheOnesBeforeDeleted(t *testing.T) {
+	client := testenv.Redis(t)
+	p := prefix(t, client)
+	s := redisstore.New(client, redisstore.Options{Prefix: p, Timeout: patient})
+	ctx := context.Background()
+	now := time.Now()
+	ten := limiter.Params{Burst: 10, Count: 10, Period: time.Hour}
+	if _, err := s.Apply(ctx, limiter.Spend, now, []limiter.Bucket{bucketOf("1:z", ten, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	batches := []limiter.Batch{
+		{Op: limiter.Refund, Buckets: []limiter.Bucket{bucketOf("1:z", ten, 5)}}, // more than was spent: full, deleted
+		{Op: limiter.Check, Buckets: []limiter.Bucket{bucketOf("1:z", ten, 0)}},
+		{Op: limiter.Spend, Buckets: []limiter.Bucket{bucketOf("1:z", ten, 1)}},
+	}
+	s.ApplyMany(ctx, now, batches)
+	for i, b := range batches {
+		if b.Err != nil {
+			t.Fatalf("batch %d: %v", i, b.Err)
+		}
+	}
+	nowUS, T := now.UnixMicro(), ten.Rate().Interval
+	if r, c, sp := batches[0].Buckets[0].TAT, batches[1].Buckets[0].TAT, batches[2].Buckets[0].TAT; r != nowUS+2*T || c != 0 || sp != 0 {
+		t.Errorf("the refund read %d (want %d), the check %d and the spend %d after it (want 0)", r, nowUS+2*T, c, sp)
+	}
+	stored, err := client.Get(ctx, p+"1:z").Int64()
+	if err != nil || stored != nowUS+T {
+		t.Errorf("1:z holds %d (%v), want the last spend's %d", stored, err, nowUS+T)
+	}
+}
+
 // TestCoalescedSpendsAdmitExactlyTheBurst: many goroutines spending on one
 // bucket over a slow wire, so that their calls share script calls, admit
 // exactly its burst.
