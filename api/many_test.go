@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,6 +163,41 @@ func TestManyDecisionsMetrics(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("the metrics lack %s", want)
 		}
+	}
+}
+
+// TestManyDecisionsLength: an answer of many results, past net/http's
+// 2 KiB buffer, says its length rather than coming in chunks, which cost
+// the service a write and the client a parse of their own.
+func TestManyDecisionsLength(t *testing.T) {
+	e := newEnv(t)
+	e.limit("PerUser", "string", 100, 1, "1m")
+	e.waitLimit("PerUser")
+	var reqs []obj
+	for i := range 32 {
+		reqs = append(reqs, obj{"op": "spend", "buckets": []obj{bucket("PerUser", strconv.Itoa(i), 1)}})
+	}
+	raw, err := json.Marshal(obj{"requests": reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("POST", e.url+"/v1/decisions", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.admin)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK || len(body) <= 2048 || res.ContentLength != int64(len(body)) || len(res.TransferEncoding) > 0 {
+		t.Errorf("%d, %d bytes, Content-Length %d, Transfer-Encoding %v; want 200 with the body's length", res.StatusCode, len(body), res.ContentLength, res.TransferEncoding)
 	}
 }
 
