@@ -24,7 +24,9 @@ type Rule struct {
 	// Key names each request's bucket of Limit: ClientIP, Header,
 	// RoutePattern, or a function of your own.
 	Key Key
-	// Cost is each request's cost; nil costs 1.
+	// Cost is each request's cost; nil costs 1. A negative cost is
+	// refused as a wrong configuration is, with a 500: mind that
+	// r.ContentLength is -1 when the length is unknown.
 	Cost func(r *http.Request) int64
 }
 

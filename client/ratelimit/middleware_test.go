@@ -148,6 +148,15 @@ func TestMiddlewareFailures(t *testing.T) {
 	if w := serve(Middleware(c, Rule{Limit: "Nope", Key: ClientIP()})(ok), "GET", "/", "192.0.2.1:1", nil); w.Code != 500 {
 		t.Errorf("an unknown limit: %d, want 500", w.Code)
 	}
+	// A request of unknown length (chunked) has ContentLength -1.
+	byLength := Middleware(c, Rule{Limit: "L", Key: ClientIP(), Cost: func(r *http.Request) int64 { return r.ContentLength }})(ok)
+	r := httptest.NewRequest("POST", "/", strings.NewReader("body"))
+	r.RemoteAddr, r.ContentLength = "192.0.2.1:1", -1
+	w := httptest.NewRecorder()
+	byLength.ServeHTTP(w, r)
+	if w.Code != 500 || w.Body.String() == "served" {
+		t.Errorf("a negative cost: %d %q, want 500", w.Code, w.Body)
+	}
 }
 
 // TestHeadersMostRestrictive: the headers are those of the denied bucket

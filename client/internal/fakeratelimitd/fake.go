@@ -30,8 +30,8 @@ const Retry = time.Minute
 
 // Server models buckets of a burst that never refill, and leases that
 // never expire but on request. It refuses what ratelimitd refuses of a
-// bucket's id (empty, NUL, longer than the format string takes) and a
-// lease id not of its form, each for its request, and a body over
+// bucket's id (empty, NUL, longer than the format string takes), a
+// negative cost, reserved or actual, and a lease id not of its form, each for its request, and a body over
 // MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
 // refusing unknown fields, so that what a client writes is checked by a
 // reader other than its own.
@@ -276,6 +276,14 @@ func (s *Server) answer(req Request) any {
 		}
 		if msg := idProblem(b.BucketID); msg != "" {
 			bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "].bucket_id", Message: msg})
+		}
+		for _, f := range []struct {
+			name string
+			v    *int64
+		}{{"cost", b.Cost}, {"reserved", b.Reserved}, {"actual", b.Actual}} {
+			if f.v != nil && *f.v < 0 {
+				bad = append(bad, FieldError{Field: "buckets[" + strconv.Itoa(i) + "]." + f.name, Message: "must be an integer from 0 to 9223372036854775807"})
+			}
 		}
 	}
 	if bad != nil {
