@@ -148,6 +148,10 @@ type queue struct {
 	// addr is a Cluster's master's, whose queue this is.
 	addr string
 
+	// trips holds the memory of the round trips callers send themselves,
+	// which would otherwise grow every slice of it again for each.
+	trips sync.Pool
+
 	mu      sync.Mutex
 	pending []*scriptCall
 	// inFlight counts the round trips under way: callers sending their
@@ -170,11 +174,15 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 	if p.inFlight < maxInFlight {
 		p.inFlight++
 		p.mu.Unlock()
-		var buf roundTrip
+		buf, _ := p.trips.Get().(*roundTrip)
+		if buf == nil {
+			buf = new(roundTrip)
+		}
 		calls := [1]*scriptCall{c}
 		ctx, cancel := c.sendCtx()
-		p.run(ctx, calls[:], &buf)
+		p.run(ctx, calls[:], buf)
 		cancel()
+		p.trips.Put(buf)
 		<-c.done
 		p.mu.Lock()
 		if len(p.pending) > 0 {
