@@ -122,12 +122,13 @@ local function bucket()
 end
 
 local SPEND, REFUND, SETTLE = 1, 2, 3
--- spent holds the TATs a spend is to write, by key; emptied after each.
+-- spent[i] holds the TAT a spend is to write to its i-th key, false for
+-- none; a spend sets every entry up to its n before it reads one.
 local spent = {}
 
 -- run runs the batch of op on the n keys after KEYS[k], whose numbers
--- after the head (op, n, now, margin) are in blob from pos on, and appends its status and
--- TATs to reply.
+-- after the head (op, n, now, margin) are in blob from pos on, and
+-- appends its status and TATs to reply.
 local function run(op, k, n)
   local at = #reply + 1
   reply[at] = 0
@@ -150,10 +151,15 @@ local function run(op, k, n)
     local allowed = true
     for i = 1, n do
       local interval, burst, cost, shadow = bucket()
-      local t = math.max(reply[at + i], now)
+      -- max(TAT, now), without a function call.
+      local t = reply[at + i]
+      if t < now then
+        t = now
+      end
       -- A cost above the burst, which includes any cost on burst 0, is
       -- denied first; below it, cost * interval is at most the offset.
       local ok = cost <= burst and t + cost * interval - now <= burst * interval
+      spent[i] = false
       if ok and cost > 0 then
         spent[i] = t + cost * interval
       elseif not ok and shadow ~= 1 then
@@ -161,22 +167,22 @@ local function run(op, k, n)
         break
       end
     end
-    if allowed then
-      for i, tat in pairs(spent) do
-        put(KEYS[k + i], tat)
-      end
-    end
-    for i in pairs(spent) do
-      spent[i] = nil
-    end
     if not allowed then
       return
+    end
+    for i = 1, n do
+      if spent[i] then
+        put(KEYS[k + i], spent[i])
+      end
     end
   else
     for i = 1, n do
       local key = KEYS[k + i]
       local interval, burst, cost = bucket()
-      local t = math.max(reply[at + i], now)
+      local t = reply[at + i]
+      if t < now then
+        t = now
+      end
       if burst > 0 and op == SETTLE and cost > 0 then
         -- The excess is charged past empty, up to one burst of debt.
         local limit = now + 2 * burst * interval
