@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// ErrLeaseLost is the Err of a lease that a renewal found gone: it
+// ErrLeaseLost is wrapped by the Err of a lease that a renewal found gone: it
 // expired before the renewal reached ratelimitd, or its bucket was reset.
 // Its units may be another's now.
 var ErrLeaseLost = errors.New("ratelimit: the lease no longer exists")
@@ -96,8 +96,9 @@ func (l *Lease) ID() string { return l.id }
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Err is nil while the lease is held and after Release; after its
-// context ended, the context's error; after it was lost, ErrLeaseLost or
-// an error wrapping ErrLeaseExpired; after ratelimitd refused a renewal,
+// context ended, the context's error; after it was lost, an error
+// wrapping ErrLeaseLost and the renewal's 404 *Problem, or one wrapping
+// ErrLeaseExpired; after ratelimitd refused a renewal,
 // an error wrapping its *Problem, whose field errors name the renewal's
 // own fields ("lease_id", "ttl_ms").
 func (l *Lease) Err() error {
@@ -189,7 +190,7 @@ func (l *Lease) keep(ctx context.Context, expires time.Time) {
 			}
 			timer.Reset(min(interval/4+1, left))
 		case errors.As(err, &p) && p.Status == http.StatusNotFound:
-			l.end(ErrLeaseLost)
+			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
 		default:
 			l.end(fmt.Errorf("ratelimit: the lease's renewal was refused: %w", err))

@@ -86,8 +86,9 @@ func TestLeaseLost(t *testing.T) {
 	l := acquire(t, c, context.Background(), 90*time.Millisecond)
 	f.DropLeases()
 	<-l.Done()
-	if l.Err() != ErrLeaseLost {
-		t.Errorf("Err %v, want ErrLeaseLost", l.Err())
+	var p *Problem
+	if err := l.Err(); !errors.Is(err, ErrLeaseLost) || !errors.As(err, &p) || p.Status != 404 || p.Detail == "" {
+		t.Errorf("Err %v, want ErrLeaseLost with the renewal's 404 and its detail", err)
 	}
 	if err := l.Release(context.Background()); err != nil || f.Op("release") != 0 {
 		t.Errorf("releasing a lost lease: %v, %d releases sent", err, f.Op("release"))
