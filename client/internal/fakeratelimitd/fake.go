@@ -31,10 +31,10 @@ const Retry = time.Minute
 // Server models buckets of a burst that never refill, and leases that
 // never expire but on request. It refuses what ratelimitd refuses of a
 // bucket's id (empty, NUL, longer than the format string takes), a
-// negative cost, reserved or actual, and a lease id not of its form, each for its request, and a body over
-// MaxBody or not UTF-8 as a whole. It reads each request with encoding/json,
-// refusing unknown fields, so that what a client writes is checked by a
-// reader other than its own.
+// negative cost, reserved or actual, and a lease id not of its form, each
+// for its request, and a body over MaxBody or not UTF-8 as a whole. It
+// reads each request with encoding/json, refusing unknown fields, so that
+// what a client writes is checked by a reader other than its own.
 type Server struct {
 	// URL is the fake's base URL.
 	URL string
