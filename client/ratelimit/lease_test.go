@@ -170,6 +170,21 @@ func leaseProblem(op string) func(w http.ResponseWriter, r *http.Request) bool {
 	}
 }
 
+// refusedRenewal acquires a lease of 90ms, of the one unit of limit L on
+// a fake, and turns fault on, which answers the lease's renewal; it
+// returns once the lease has ended, with fault still on.
+func refusedRenewal(t *testing.T, fault func(w http.ResponseWriter, r *http.Request) bool) (*fakeratelimitd.Server, *atomic.Bool, *Client, *Lease) {
+	t.Helper()
+	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
+	on := new(atomic.Bool)
+	f.Fault = when(on, fault)
+	c := newClient(t, f, Config{Timeout: time.Minute})
+	l := acquire(t, c, context.Background(), 90*time.Millisecond)
+	on.Store(true)
+	<-l.Done()
+	return f, on, c, l
+}
+
 // namesLeaseID reports whether err is a *Problem whose field errors name
 // lease_id.
 func namesLeaseID(err error) bool {
@@ -183,13 +198,7 @@ func namesLeaseID(err error) bool {
 // the package's *Problem, as the refusal of a bucket id names the bucket.
 func TestLeaseRefusalNamesField(t *testing.T) {
 	t.Run("renew", func(t *testing.T) {
-		f := fakeratelimitd.New(t, map[string]int64{"L": 1})
-		var on atomic.Bool
-		f.Fault = when(&on, leaseProblem("renew"))
-		c := newClient(t, f, Config{Timeout: time.Minute})
-		l := acquire(t, c, context.Background(), 90*time.Millisecond)
-		on.Store(true)
-		<-l.Done()
+		_, _, _, l := refusedRenewal(t, leaseProblem("renew"))
 		if err := l.Err(); !namesLeaseID(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrUnavailable) {
 			t.Errorf("Err %v, want the problem naming lease_id", err)
 		}
@@ -268,13 +277,7 @@ func TestLeaseRefusedWhole(t *testing.T) {
 		}
 	})
 	t.Run("renew", func(t *testing.T) {
-		f := fakeratelimitd.New(t, map[string]int64{"L": 1})
-		var on atomic.Bool
-		f.Fault = when(&on, refuseLeaseIDs)
-		c := newClient(t, f, Config{Timeout: time.Minute})
-		l := acquire(t, c, context.Background(), 90*time.Millisecond)
-		on.Store(true)
-		<-l.Done()
+		_, _, _, l := refusedRenewal(t, refuseLeaseIDs)
 		var p *Problem
 		if err := l.Err(); !errors.As(err, &p) || len(p.Errors) != 1 || p.Errors[0].Field != "lease_id" || errors.Is(err, ErrUnavailable) {
 			t.Errorf("Err %v, want the problem naming lease_id", err)
@@ -286,13 +289,7 @@ func TestLeaseRefusedWhole(t *testing.T) {
 // refused (a 422, not the 404 of a lease gone) may still hold its units
 // there: Release frees them, as after renewals that failed.
 func TestLeaseReleaseAfterRefusedRenewal(t *testing.T) {
-	f := fakeratelimitd.New(t, map[string]int64{"L": 1})
-	var on atomic.Bool
-	f.Fault = when(&on, leaseProblem("renew"))
-	c := newClient(t, f, Config{Timeout: time.Minute})
-	l := acquire(t, c, context.Background(), 90*time.Millisecond)
-	on.Store(true)
-	<-l.Done()
+	f, on, c, l := refusedRenewal(t, leaseProblem("renew"))
 	on.Store(false)
 	if err := l.Release(context.Background()); err != nil || f.Op("release") != 1 {
 		t.Errorf("Release: %v, %d releases sent", err, f.Op("release"))

@@ -566,9 +566,10 @@ const (
 // ratelimitd reads. It refuses too, saving a round trip, what no limit
 // could take: NUL, a bucket id longer than any id format takes, a limit
 // name longer than any limit's. The strings' rule is package key's, which
-// the middleware's and the interceptors' keys follow too. Each is a *Problem, as ratelimitd would
-// word it for the call alone: a 422 naming the fields, or a 413.
-// Everything else is ratelimitd's to judge, for this call alone.
+// the middleware's and the interceptors' keys follow too. Each is a
+// *Problem, as ratelimitd would word it for the call alone: a 422 naming
+// the fields, or a 413. Everything else is ratelimitd's to judge, for
+// this call alone.
 func (cl *call) validate() error {
 	var bad []FieldError
 	check := func(i int, field, s string, most int) {
