@@ -38,3 +38,14 @@ func QueueState(s limiter.Store) (queued, inFlight int) {
 	}
 	return queued, inFlight
 }
+
+// PooledTrip takes the memory of a round trip from the pool of n's queue
+// and returns how many keys and parts it has room for, or false when the
+// pool had none; the memory stays out of the pool.
+func PooledTrip(n *Node) (keys, parts int, ok bool) {
+	buf, _ := n.queue.trips.Get().(*roundTrip)
+	if buf == nil {
+		return 0, 0, false
+	}
+	return cap(buf.keys), cap(buf.parts), true
+}

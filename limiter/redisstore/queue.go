@@ -43,6 +43,11 @@ const (
 	// it holds Redis, which runs nothing else meanwhile; a batch larger
 	// than this goes alone.
 	maxScriptKeys = 128
+	// maxPooledKeys bounds the keys and parts of a round trip whose
+	// memory goes back to the pool: one that carried an outsized request
+	// (a /v1/decisions of thousands of buckets) keeps none of it, which
+	// the next round trips, of a few dozen keys, would hold on to.
+	maxPooledKeys = 4096
 )
 
 // part is one batch of a call, all of whose keys are in one hash slot.
@@ -182,7 +187,9 @@ func (p *queue) do(c *scriptCall) (bool, error) {
 		ctx, cancel := c.sendCtx()
 		p.run(ctx, calls[:], buf)
 		cancel()
-		p.trips.Put(buf)
+		if cap(buf.keys) <= maxPooledKeys && cap(buf.parts) <= maxPooledKeys {
+			p.trips.Put(buf)
+		}
 		<-c.done
 		p.mu.Lock()
 		if len(p.pending) > 0 {
